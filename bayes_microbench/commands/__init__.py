@@ -1,0 +1,1 @@
+"""Sub-commands of ``bayes-microbench``; each module has ``register`` and ``run``."""

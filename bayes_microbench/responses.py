@@ -1,0 +1,570 @@
+"""The response data model: which llm got which item right.
+
+A :class:`Responses` wraps an :class:`xarray.Dataset` with dims ``llm`` and
+``item``:
+
+``correct`` (llm, item), float64
+    1.0 (correct), 0.0 (wrong) or NaN (missing). Missing stays missing: no
+    function of the package turns it into 0.
+``confidence`` (llm, item), float64, optional
+    The probability the llm gave to the correct answer (NaN where unknown).
+``subtask`` (item), str coordinate
+    The item's subtask (the benchmark name when it has none).
+``n_options`` (item), int coordinate, optional
+    Number of answer options (0 where unknown); sets guessing floors.
+
+An llm or item with no observed cell carries no information and breaks
+per-llm accuracies; the constructors drop them with a
+:class:`~bayes_microbench.exceptions.DroppedDataWarning` that names each one
+(``on_empty="raise"`` refuses instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ._validate import check_unique, preview, show_value
+from .exceptions import DroppedDataWarning, ResponsesError
+
+logger = logging.getLogger(__name__)
+
+EmptyPolicy = Literal["drop", "raise"]
+Labels = Sequence[Any] | np.ndarray
+
+
+def _as_labels(values: Labels, what: str, where: str) -> np.ndarray:
+    labels = np.asarray([str(v) for v in values], dtype=object)
+    blank = [i for i, v in enumerate(labels) if v.strip() == "" or v == "nan"]
+    if blank:
+        raise ResponsesError(
+            f"{where}: blank {what} at position(s) {preview(blank)}; every {what} needs a name"
+        )
+    check_unique(list(labels), f"{what}s", where, ResponsesError)
+    return labels
+
+
+def _bad_cells(
+    values: np.ndarray, llms: np.ndarray, items: np.ndarray, allowed: str, where: str, what: str
+) -> ResponsesError:
+    rows, cols = np.nonzero(~_valid_mask(values, allowed))
+    r, c = int(rows[0]), int(cols[0])
+    n_bad = len(rows)
+    more = f" ({n_bad} such cells in all)" if n_bad > 1 else ""
+    expect = "1, 0 or empty" if allowed == "binary" else "a number in [0, 1] or empty"
+    return ResponsesError(
+        f"{where}: {what} for llm {llms[r]!r}, item {items[c]!r} is {show_value(values[r, c])}; "
+        f"expected {expect}{more}"
+    )
+
+
+def _valid_mask(values: np.ndarray, allowed: str) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        if allowed == "binary":
+            return np.isnan(values) | (values == 0.0) | (values == 1.0)
+        return np.isnan(values) | ((values >= 0.0) & (values <= 1.0))
+
+
+@dataclass(frozen=True, eq=False)
+class Responses:
+    """An llm x item matrix of 1 / 0 / missing responses, with item metadata.
+
+    Build one with :meth:`from_arrays`, :meth:`from_wide` or :meth:`from_long`,
+    or read a file with :func:`bayes_microbench.io.load_responses`.
+    """
+
+    data: xr.Dataset
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_arrays(
+        cls,
+        correct: np.ndarray,
+        llms: Labels,
+        items: Labels,
+        *,
+        subtask: Labels | None = None,
+        confidence: np.ndarray | None = None,
+        n_options: Sequence[int] | np.ndarray | None = None,
+        benchmark: str = "benchmark",
+        on_empty: EmptyPolicy = "drop",
+        where: str = "responses",
+    ) -> Responses:
+        """Validate arrays and build a :class:`Responses`.
+
+        ``correct`` holds 1, 0 or NaN; ``subtask`` defaults to ``benchmark``
+        for every item; ``n_options`` uses 0 for "unknown".
+        """
+        values = np.array(correct, dtype=np.float64, copy=True)
+        if values.ndim != 2:
+            raise ResponsesError(
+                f"{where}: the response matrix must be 2-D (llm x item), got {values.ndim}-D"
+            )
+        llm_labels = _as_labels(llms, "llm", where)
+        item_labels = _as_labels(items, "item id", where)
+        if values.shape != (len(llm_labels), len(item_labels)):
+            raise ResponsesError(
+                f"{where}: matrix shape {values.shape} does not match {len(llm_labels)} llms x "
+                f"{len(item_labels)} items"
+            )
+        if values.size == 0:
+            raise ResponsesError(f"{where}: the response matrix is empty (no llms or no items)")
+        if not _valid_mask(values, "binary").all():
+            raise _bad_cells(values, llm_labels, item_labels, "binary", where, "value")
+
+        if subtask is None:
+            sub = np.full(len(item_labels), benchmark, dtype=object)
+        else:
+            sub = np.asarray([str(s) for s in subtask], dtype=object)
+            if len(sub) != len(item_labels):
+                raise ResponsesError(
+                    f"{where}: {len(sub)} subtask labels for {len(item_labels)} items"
+                )
+            blank = [item_labels[i] for i, s in enumerate(sub) if s.strip() in ("", "nan")]
+            if blank:
+                raise ResponsesError(f"{where}: items without a subtask {preview(blank)}")
+
+        conf = None
+        if confidence is not None:
+            conf = np.array(confidence, dtype=np.float64, copy=True)
+            if conf.shape != values.shape:
+                raise ResponsesError(
+                    f"{where}: confidence shape {conf.shape} differs from responses {values.shape}"
+                )
+            if not _valid_mask(conf, "unit").all():
+                raise _bad_cells(conf, llm_labels, item_labels, "unit", where, "confidence")
+            conf[np.isnan(values)] = np.nan
+            if np.isnan(conf).all():
+                conf = None
+
+        opts = None
+        if n_options is not None:
+            opts = np.asarray(n_options)
+            if opts.shape != (len(item_labels),):
+                raise ResponsesError(
+                    f"{where}: {opts.shape[0]} n_options for {len(item_labels)} items"
+                )
+            opts = np.where(pd.isna(opts), 0, opts)
+            try:
+                opts_int = opts.astype(np.int64)
+            except (TypeError, ValueError):
+                raise ResponsesError(f"{where}: n_options must be whole numbers") from None
+            bad = [item_labels[i] for i in np.nonzero((opts_int == 1) | (opts_int < 0))[0]]
+            if bad or not np.array_equal(opts_int, opts.astype(np.float64)):
+                raise ResponsesError(
+                    f"{where}: n_options must be a whole number >= 2 (or empty), "
+                    f"bad for items {preview(bad)}"
+                )
+            opts = opts_int
+
+        observed = ~np.isnan(values)
+        empty_llm = ~observed.any(axis=1)
+        empty_item = ~observed.any(axis=0)
+        if empty_llm.any() or empty_item.any():
+            parts = []
+            if empty_llm.any():
+                parts.append(f"llms {preview(llm_labels[empty_llm])}")
+            if empty_item.any():
+                parts.append(f"items {preview(item_labels[empty_item])}")
+            msg = f"{where}: no observed response for " + " and ".join(parts)
+            if on_empty == "raise":
+                raise ResponsesError(msg + "; remove them or pass on_empty='drop'")
+            keep_l, keep_i = ~empty_llm, ~empty_item
+            if not keep_l.any() or not keep_i.any():
+                raise ResponsesError(f"{where}: the response matrix has no observed cell")
+            warnings.warn(msg + "; dropped them", DroppedDataWarning, stacklevel=2)
+            logger.warning("%s; dropped them", msg)
+            values = values[np.ix_(keep_l, keep_i)]
+            llm_labels, item_labels, sub = llm_labels[keep_l], item_labels[keep_i], sub[keep_i]
+            if conf is not None:
+                conf = conf[np.ix_(keep_l, keep_i)]
+            if opts is not None:
+                opts = opts[keep_i]
+
+        coords: dict[str, Any] = {
+            "llm": ("llm", llm_labels),
+            "item": ("item", item_labels),
+            "subtask": ("item", sub),
+        }
+        if opts is not None:
+            coords["n_options"] = ("item", opts)
+        data_vars: dict[str, Any] = {"correct": (("llm", "item"), values)}
+        if conf is not None:
+            data_vars["confidence"] = (("llm", "item"), conf)
+        ds = xr.Dataset(data_vars, coords=coords, attrs={"benchmark": benchmark})
+        return cls(ds)
+
+    @classmethod
+    def from_wide(
+        cls,
+        frame: pd.DataFrame,
+        *,
+        items: pd.DataFrame | None = None,
+        confidence: pd.DataFrame | None = None,
+        benchmark: str = "benchmark",
+        on_empty: EmptyPolicy = "drop",
+        where: str = "responses",
+    ) -> Responses:
+        """Build from a wide frame: column ``llm``, then one column per item id.
+
+        ``items`` is an optional frame with columns ``item, subtask[, n_options]``
+        covering exactly the matrix's item columns.
+        """
+        if frame.shape[1] == 0 or frame.columns[0] != "llm":
+            first = frame.columns[0] if frame.shape[1] else None
+            raise ResponsesError(
+                f"{where}: the first column must be 'llm' (got {first!r}); "
+                "wide format is llm,<item id>,<item id>,..."
+            )
+        item_cols = [str(c) for c in frame.columns[1:]]
+        check_unique(item_cols, "item ids", where, ResponsesError)
+        if frame.shape[0] == 0 or not item_cols:
+            raise ResponsesError(f"{where}: the response matrix is empty (no llms or no items)")
+        llms = frame["llm"].astype(str).to_numpy()
+        values = _numeric_block(frame.iloc[:, 1:], llms, item_cols, where)
+        subtask, n_options = _item_metadata(items, item_cols, where)
+        conf = None
+        if confidence is not None:
+            conf_block = confidence.set_index("llm").reindex(index=llms, columns=item_cols)
+            conf = _numeric_block(conf_block, llms, item_cols, where, what="confidence")
+        return cls.from_arrays(
+            values,
+            llms,
+            item_cols,
+            subtask=subtask,
+            confidence=conf,
+            n_options=n_options,
+            benchmark=benchmark,
+            on_empty=on_empty,
+            where=where,
+        )
+
+    @classmethod
+    def from_long(
+        cls,
+        frame: pd.DataFrame,
+        *,
+        benchmark: str = "benchmark",
+        on_empty: EmptyPolicy = "drop",
+        where: str = "responses",
+    ) -> Responses:
+        """Build from a long table: ``llm, item, correct[, subtask, confidence, n_options]``.
+
+        Rows repeating an (llm, item) pair with the same values are kept once;
+        rows that disagree are an error. Pairs without a row are missing.
+        """
+        required = ["llm", "item", "correct"]
+        absent = [c for c in required if c not in frame.columns]
+        if absent:
+            raise ResponsesError(
+                f"{where}: long table lacks column(s) {absent}; expected "
+                "llm,item,correct[,subtask,confidence,n_options]"
+            )
+        if frame.shape[0] == 0:
+            raise ResponsesError(f"{where}: the response table is empty")
+        df = frame.copy()
+        df["llm"] = df["llm"].astype(str)
+        df["item"] = df["item"].astype(str)
+        correct = _to_float(df["correct"])
+        bad = ~_valid_mask(correct.to_numpy()[None, :], "binary")[0]
+        if bad.any():
+            i = int(np.nonzero(bad)[0][0])
+            raise ResponsesError(
+                f"{where}: row {i + 1}: correct for llm {df['llm'].iat[i]!r}, item {df['item'].iat[i]!r} "
+                f"is {show_value(frame['correct'].iat[i])}; expected 1, 0 or empty"
+            )
+        df["correct"] = correct
+        value_cols = ["correct"]
+        if "confidence" in df.columns:
+            df["confidence"] = _to_float(df["confidence"])
+            value_cols.append("confidence")
+        _check_conflicts(df, ["llm", "item"], value_cols, where, "results")
+        df = df.drop_duplicates(["llm", "item"])
+
+        item_meta = [c for c in ("subtask", "n_options") if c in df.columns]
+        item_order = pd.unique(df["item"])
+        if item_meta:
+            meta = df[["item", *item_meta]].drop_duplicates()
+            _check_conflicts(meta, ["item"], item_meta, where, "item metadata")
+            meta = meta.drop_duplicates("item").set_index("item").reindex(item_order)
+        llm_order = pd.unique(df["llm"])
+        wide = df.pivot(index="llm", columns="item", values="correct").reindex(
+            index=llm_order, columns=item_order
+        )
+        conf = None
+        if "confidence" in df.columns:
+            conf = (
+                df.pivot(index="llm", columns="item", values="confidence")
+                .reindex(index=llm_order, columns=item_order)
+                .to_numpy()
+            )
+        return cls.from_arrays(
+            wide.to_numpy(dtype=np.float64),
+            llm_order,
+            item_order,
+            subtask=meta["subtask"].to_numpy() if "subtask" in item_meta else None,
+            confidence=conf,
+            n_options=meta["n_options"].to_numpy() if "n_options" in item_meta else None,
+            benchmark=benchmark,
+            on_empty=on_empty,
+            where=where,
+        )
+
+    # ------------------------------------------------------------ accessors
+    @property
+    def llms(self) -> np.ndarray:
+        return self.data["llm"].to_numpy()
+
+    @property
+    def items(self) -> np.ndarray:
+        return self.data["item"].to_numpy()
+
+    @property
+    def item_subtask(self) -> np.ndarray:
+        """Each item's subtask label, in item order."""
+        return self.data["subtask"].to_numpy()
+
+    @property
+    def subtasks(self) -> np.ndarray:
+        """The distinct subtask labels, in order of first appearance."""
+        return pd.unique(self.item_subtask)
+
+    @property
+    def subtask_codes(self) -> np.ndarray:
+        """Each item's subtask as an integer index into :attr:`subtasks`."""
+        codes, _ = pd.factorize(self.item_subtask)
+        return codes
+
+    @property
+    def values(self) -> np.ndarray:
+        """The llm x item matrix of 1.0 / 0.0 / NaN (a view: do not modify)."""
+        return self.data["correct"].to_numpy()
+
+    @property
+    def observed(self) -> np.ndarray:
+        """Boolean llm x item mask of observed cells."""
+        return ~np.isnan(self.values)
+
+    @property
+    def confidence(self) -> np.ndarray | None:
+        return self.data["confidence"].to_numpy() if "confidence" in self.data else None
+
+    @property
+    def n_options(self) -> np.ndarray | None:
+        return self.data["n_options"].to_numpy() if "n_options" in self.data.coords else None
+
+    @property
+    def benchmark(self) -> str:
+        return str(self.data.attrs.get("benchmark", "benchmark"))
+
+    @property
+    def n_llms(self) -> int:
+        return int(self.data.sizes["llm"])
+
+    @property
+    def n_items(self) -> int:
+        return int(self.data.sizes["item"])
+
+    @property
+    def n_subtasks(self) -> int:
+        return len(self.subtasks)
+
+    @property
+    def n_missing(self) -> int:
+        return int(np.isnan(self.values).sum())
+
+    @property
+    def is_complete(self) -> bool:
+        return self.n_missing == 0
+
+    def accuracy(self) -> pd.Series:
+        """Each llm's accuracy over its observed items."""
+        return pd.Series(
+            np.nanmean(self.values, axis=1), index=pd.Index(self.llms, name="llm"), name="accuracy"
+        )
+
+    def item_proportion_correct(self) -> pd.Series:
+        """Each item's proportion of llms that got it right (observed cells only)."""
+        return pd.Series(
+            np.nanmean(self.values, axis=0),
+            index=pd.Index(self.items, name="item"),
+            name="p_correct",
+        )
+
+    @property
+    def mean_accuracy(self) -> float:
+        """The mean over llms of each llm's accuracy on its observed items."""
+        return float(self.accuracy().mean())
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready summary (what ``bayes-microbench info --json`` prints)."""
+        acc = self.accuracy()
+        counts = pd.Series(self.item_subtask).value_counts(sort=False)
+        return {
+            "benchmark": self.benchmark,
+            "n_llms": self.n_llms,
+            "n_items": self.n_items,
+            "n_subtasks": self.n_subtasks,
+            "n_cells": self.n_llms * self.n_items,
+            "n_missing": self.n_missing,
+            "mean_accuracy": round(float(acc.mean()), 6),
+            "min_accuracy": round(float(acc.min()), 6),
+            "max_accuracy": round(float(acc.max()), 6),
+            "has_confidence": self.confidence is not None,
+            "has_n_options": self.n_options is not None,
+            "subtasks": {str(k): int(v) for k, v in counts.items()},
+        }
+
+    # ------------------------------------------------------------ subsets
+    def select(
+        self, llms: Sequence[str] | None = None, items: Sequence[str] | None = None
+    ) -> Responses:
+        """The responses of the named llms on the named items (labels must exist)."""
+        sel: dict[str, Any] = {}
+        if llms is not None:
+            sel["llm"] = self._labels_in(list(llms), self.llms, "llms")
+        if items is not None:
+            sel["item"] = self._labels_in(list(items), self.items, "item ids")
+        return Responses(self.data.sel(sel))
+
+    def isel(self, llm: Any = None, item: Any = None) -> Responses:
+        """Positional subset (integer arrays, slices or boolean masks)."""
+        sel = {k: v for k, v in (("llm", llm), ("item", item)) if v is not None}
+        return Responses(self.data.isel(sel))
+
+    @staticmethod
+    def _labels_in(wanted: list[str], known: np.ndarray, what: str) -> list[str]:
+        check_unique(wanted, what, "selection", ResponsesError)
+        missing = sorted(set(wanted) - set(known.tolist()))
+        if missing:
+            raise ResponsesError(
+                f"{what} not in responses: {preview(missing)} (responses have {len(known)} {what}: "
+                f"{preview(known.tolist(), 2)})"
+            )
+        return wanted
+
+    # ------------------------------------------------------------ export
+    def to_wide(self) -> pd.DataFrame:
+        """Wide frame: column ``llm`` then one nullable Int8 column per item."""
+        block = pd.DataFrame(self.values, columns=self.items).astype("Int8")
+        block.insert(0, "llm", self.llms)
+        return block
+
+    def items_frame(self) -> pd.DataFrame:
+        """``item, subtask[, n_options]`` in matrix order."""
+        frame = pd.DataFrame({"item": self.items, "subtask": self.item_subtask})
+        if self.n_options is not None:
+            frame["n_options"] = pd.array(
+                np.where(self.n_options > 0, self.n_options, pd.NA), dtype="Int64"
+            )
+        return frame
+
+    def to_long(self, *, dropna: bool = True) -> pd.DataFrame:
+        """Long frame ``llm, item, subtask, correct[, confidence, n_options]``."""
+        n_l, n_i = self.values.shape
+        frame = pd.DataFrame(
+            {
+                "llm": np.repeat(self.llms, n_i),
+                "item": np.tile(self.items, n_l),
+                "subtask": np.tile(self.item_subtask, n_l),
+                "correct": self.values.reshape(-1),
+            }
+        )
+        if self.confidence is not None:
+            frame["confidence"] = self.confidence.reshape(-1)
+        if self.n_options is not None:
+            frame["n_options"] = np.tile(self.n_options, n_l)
+        if dropna:
+            frame = frame[~np.isnan(frame["correct"].to_numpy())].reset_index(drop=True)
+        frame["correct"] = frame["correct"].astype("Int8")
+        return frame
+
+    def __repr__(self) -> str:
+        return (
+            f"Responses({self.benchmark!r}: {self.n_llms} llms x {self.n_items} items, "
+            f"{self.n_subtasks} subtask(s), {self.n_missing} missing, "
+            f"mean accuracy {self.mean_accuracy:.3f})"
+        )
+
+
+# ---------------------------------------------------------------- helpers
+def _to_float(series: pd.Series) -> pd.Series:
+    """Numbers as float64; text that is not a number keeps a marker (inf) for the error."""
+    if series.dtype == bool:
+        return series.astype(np.float64)
+    numeric = pd.to_numeric(series, errors="coerce")
+    text = series.astype("string").str.strip()
+    unparsable = numeric.isna() & text.notna() & (text != "")
+    return numeric.astype(np.float64).mask(unparsable, np.inf)
+
+
+def _numeric_block(
+    block: pd.DataFrame, llms: np.ndarray, items: list[str], where: str, what: str = "value"
+) -> np.ndarray:
+    """Convert a block of cells to float64, naming the first cell that is not a number."""
+    try:
+        return block.to_numpy(dtype=np.float64, na_value=np.nan)
+    except (TypeError, ValueError):
+        pass
+    for j in range(block.shape[1]):
+        col = block.iloc[:, j]
+        conv = _to_float(col)
+        bad = np.isinf(conv.to_numpy())
+        if bad.any():
+            i = int(np.nonzero(bad)[0][0])
+            expect = "1, 0 or empty" if what == "value" else "a number in [0, 1] or empty"
+            raise ResponsesError(
+                f"{where}: {what} for llm {llms[i]!r}, item {items[j]!r} is {show_value(col.iat[i])}; expected {expect}"
+            )
+    return np.column_stack([_to_float(block.iloc[:, j]).to_numpy() for j in range(block.shape[1])])
+
+
+def _item_metadata(
+    items: pd.DataFrame | None, item_cols: list[str], where: str
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    if items is None:
+        return None, None
+    if "item" not in items.columns or "subtask" not in items.columns:
+        raise ResponsesError(
+            f"{where}: items file needs columns item,subtask[,n_options], got {list(items.columns)}"
+        )
+    ids = items["item"].astype(str).tolist()
+    check_unique(ids, "item ids", f"{where} (items file)", ResponsesError)
+    extra = [i for i in ids if i not in set(item_cols)]
+    absent = [i for i in item_cols if i not in set(ids)]
+    if extra or absent:
+        parts = []
+        if absent:
+            parts.append(f"matrix columns missing from the items file {preview(absent)}")
+        if extra:
+            parts.append(f"items-file ids not in the matrix {preview(extra)}")
+        raise ResponsesError(f"{where}: items file does not match the matrix: " + "; ".join(parts))
+    meta = items.assign(item=ids).set_index("item").reindex(item_cols)
+    n_options = meta["n_options"].to_numpy() if "n_options" in meta.columns else None
+    return meta["subtask"].to_numpy(), n_options
+
+
+def _check_conflicts(
+    df: pd.DataFrame, keys: list[str], values: list[str], where: str, what: str
+) -> None:
+    dup = df[df.duplicated(keys, keep=False)]
+    if dup.empty:
+        return
+    distinct = dup.drop_duplicates([*keys, *values])
+    clash = distinct[distinct.duplicated(keys, keep=False)]
+    if clash.empty:
+        return
+    first = clash.iloc[0]
+    key_text = ", ".join(f"{k} {first[k]!r}" for k in keys)
+    shown = clash[(clash[keys] == first[keys]).all(axis=1)][values].to_dict("records")
+    raise ResponsesError(
+        f"{where}: conflicting duplicate {what} for {key_text}: {shown}; keep one result per "
+        f"{' and '.join(keys)}"
+    )

@@ -1,0 +1,26 @@
+"""Shared fixtures. Real data lives in ../shared/data and is never copied here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def shared_path(relative: str) -> Path:
+    """Path to a file in ../shared/data, skipping the test when it is absent."""
+    path = SHARED_DATA / relative
+    if not path.exists():
+        pytest.skip(
+            f"../shared/data/{relative} is not present (real data lives beside the checkout)"
+        )
+    return path
+
+
+@pytest.fixture
+def gpqa_path() -> Path:
+    return shared_path("open-llm-leaderboard-v2/gpqa.csv")

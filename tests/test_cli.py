@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from bayes_microbench.cli import main
+
+
+def test_info_json(tmp_path, capsys):
+    (tmp_path / "b.csv").write_text("llm,x,y\nm1,1,0\nm2,,1\n")
+    assert main(["info", str(tmp_path / "b.csv"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_llms"] == 2 and out["n_items"] == 2 and out["n_subtasks"] == 1
+    assert out["n_missing"] == 1
+    assert abs(out["mean_accuracy"] - 0.75) < 1e-9
+
+
+def test_user_error_is_one_line_exit_2(tmp_path):
+    (tmp_path / "b.csv").write_text("llm,x,y\nm1,1,7\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bayes_microbench", "info", str(tmp_path / "b.csv")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "item 'y'" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_bad_flag_exit_2(capsys):
+    assert main(["info", "x.csv", "--nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unrecognized arguments" in err[0]
+
+
+def test_version(capsys):
+    try:
+        main(["--version"])
+    except SystemExit as stop:
+        assert stop.code == 0
+    assert "bayes-microbench" in capsys.readouterr().out
+
+
+def test_demo_json(capsys):
+    assert main(["demo", "--llms", "40", "--items", "60", "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_llms"] == 40 and out["n_items"] == 60
+
+
+def test_frequentist_import_does_not_load_pymc():
+    code = "import sys, bayes_microbench, bayes_microbench.cli as c; c.build_parser(); print('pymc' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"
