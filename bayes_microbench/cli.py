@@ -27,6 +27,8 @@ PROG = "bayes-microbench"
 COMMAND_MODULES: tuple[str, ...] = (
     "demo",
     "info",
+    "import_",
+    "report",
 )
 
 
