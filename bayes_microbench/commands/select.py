@@ -1,0 +1,118 @@
+"""``bayes-microbench select``: choose a micro-benchmark and write its item ids.
+
+With ``--responses`` the selector learns from every llm in the file (the
+source llms) on every item; with ``--posterior`` the Bayesian selectors work
+from a saved IRT posterior instead (and ``random`` needs nothing else).
+The output JSON lists the chosen item ids with their estimator weights, and,
+for item ids of the form ``task:doc_id``, the ``lm_eval_samples`` mapping that
+lm-evaluation-harness takes as ``--samples`` (see the README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from ._common import add_output_flags, add_seed, print_json
+
+_TASK_DOC = re.compile(r"^(?P<task>.+):(?P<doc>\d+)$")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("select", help="choose a micro-benchmark subset", description=__doc__)
+    p.add_argument(
+        "--responses", metavar="PATH", required=True, help="responses of the source llms"
+    )
+    p.add_argument(
+        "--items", metavar="PATH", default=None, help="items file for a wide --responses CSV"
+    )
+    p.add_argument("--selector", default="random", help="selection method (default random)")
+    p.add_argument("--n", type=int, required=True, help="number of items to choose")
+    p.add_argument("--output", metavar="FILE", required=True, help="where to write the subset JSON")
+    add_seed(p)
+    add_output_flags(p)
+    p.set_defaults(func=run)
+
+
+def lm_eval_samples(item_ids: list[str]) -> dict[str, list[int]] | None:
+    """``{"task": [doc_id, ...]}`` when every id is ``task:doc_id``; else ``None``."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for item in item_ids:
+        m = _TASK_DOC.match(item)
+        if m is None:
+            return None
+        groups[m["task"]].append(int(m["doc"]))
+    return {task: sorted(docs) for task, docs in groups.items()}
+
+
+def subset_document(
+    *,
+    selector: str,
+    seed: int,
+    source: str,
+    item_ids: list[str],
+    subtasks: list[str],
+    weights: np.ndarray,
+    info: dict[str, Any],
+) -> dict[str, Any]:
+    """The JSON document ``select`` writes (also read by ``mdad --subset``)."""
+    doc: dict[str, Any] = {
+        "selector": selector,
+        "n_items": len(item_ids),
+        "seed": seed,
+        "source": source,
+        "item_ids": item_ids,
+        "items": [
+            {"item": i, "subtask": s, "weight": float(w)}
+            for i, s, w in zip(item_ids, subtasks, weights, strict=True)
+        ],
+    }
+    samples = lm_eval_samples(item_ids)
+    if samples is not None:
+        doc["lm_eval_samples"] = samples
+    if info:
+        doc["info"] = {k: v for k, v in info.items() if isinstance(v, str | int | float | bool)}
+    return doc
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..io import load_responses, write_atomic
+    from ..selectors import get_selector
+
+    resp = load_responses(args.responses, args.items)
+    selector = get_selector(args.selector)
+    rng = np.random.default_rng(args.seed)
+    prepared = selector.prepare(resp.values, resp.subtask_codes, resp.confidence, rng)
+    selection = prepared.select(args.n, rng)
+    ids = [str(i) for i in resp.items[selection.items]]
+    subtasks = [str(s) for s in resp.item_subtask[selection.items]]
+    doc = subset_document(
+        selector=args.selector,
+        seed=args.seed,
+        source=str(args.responses),
+        item_ids=ids,
+        subtasks=subtasks,
+        weights=selection.weights,
+        info=selection.info,
+    )
+    _write(doc, args.output, write_atomic)
+    _say(args, doc)
+    return 0
+
+
+def _write(doc: dict[str, Any], path: str, write_atomic: Any) -> None:
+    import json
+
+    text = json.dumps(doc, indent=2) + "\n"
+    write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def _say(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    if args.json:
+        print_json(doc)
+    elif not args.quiet:
+        print(f"wrote {doc['n_items']} items chosen by {doc['selector']} to {args.output}")

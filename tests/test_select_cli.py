@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from bayes_microbench import save_responses, simulate_responses
+from bayes_microbench.cli import main
+from bayes_microbench.commands.select import lm_eval_samples
+
+
+def test_select_writes_ids_weights_and_lm_eval_samples(tmp_path, capsys):
+    resp = simulate_responses("gpqa", n_llms=30, n_items=40, random_seed=0)
+    path = save_responses(resp, tmp_path / "bench.csv")[0]
+    out = tmp_path / "subset.json"
+    args = [
+        "select",
+        "--responses",
+        str(path),
+        "--selector",
+        "random",
+        "--n",
+        "12",
+        "--output",
+        str(out),
+        "--quiet",
+    ]
+    assert main([*args, "--seed", "3"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["n_items"] == 12 and len(set(doc["item_ids"])) == 12
+    assert set(doc["item_ids"]) <= set(resp.items.tolist())
+    assert np.isclose(sum(i["weight"] for i in doc["items"]), 1.0)
+    # simulated ids are "gpqa-like:NN": the lm-evaluation-harness --samples mapping follows
+    assert sorted(doc["lm_eval_samples"]["gpqa-like"]) == sorted(
+        int(i.split(":")[1]) for i in doc["item_ids"]
+    )
+    again = tmp_path / "again.json"
+    assert main([*args[:-3], "--output", str(again), "--quiet", "--seed", "3"]) == 0
+    assert json.loads(again.read_text())["item_ids"] == doc["item_ids"]
+
+
+def test_select_too_many_items_is_one_line_exit_2(tmp_path, capsys):
+    resp = simulate_responses("gpqa", n_llms=10, n_items=20, random_seed=0)
+    path = save_responses(resp, tmp_path / "bench.csv")[0]
+    out = tmp_path / "subset.json"
+    assert main(["select", "--responses", str(path), "--n", "50", "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "larger than the 20 seen items" in err[0]
+    assert not out.exists()
+
+
+def test_lm_eval_samples_only_for_task_doc_ids():
+    assert lm_eval_samples(["arc:3", "arc:1", "mmlu_x:7"]) == {"arc": [1, 3], "mmlu_x": [7]}
+    assert lm_eval_samples(["arc:3", "abc123"]) is None
