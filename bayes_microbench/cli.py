@@ -27,8 +27,10 @@ PROG = "bayes-microbench"
 COMMAND_MODULES: tuple[str, ...] = (
     "demo",
     "info",
+    "evaluate",
     "import_",
     "report",
+    "select",
 )
 
 

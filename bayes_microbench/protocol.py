@@ -1,0 +1,805 @@
+"""The study's meta-evaluation protocol, vectorized, paired and resumable.
+
+For each run (the study's "How Reliable is Language Model Micro-Benchmarking?",
+``evaluate-microbenchmarks.py``, with two documented departures below):
+
+1. sample ``n_targets`` target llms uniformly (or take a fixed target group);
+2. order the remaining llms at random; the first ``k`` are the source llms of
+   a cell with ``k`` sources (capped at what remains);
+3. split the items 50/50 *within each subtask* into seen and unseen
+   (``floor(size / 2)`` seen per subtask, as the study);
+4. each selector sees only the source llms on the seen items, picks ``n``
+   seen items and estimates each target's accuracy on the full seen set;
+5. for every target pair, the estimated difference's sign is compared with
+   the sign of the accuracy difference on the full seen set and on the
+   unseen set. An estimated difference of exactly 0 is wrong; a true
+   difference of exactly 0 counts as positive (the study's
+   ``math.copysign(1, 0.0)``), so such a pair is "right" when the first llm's
+   estimate is the larger; a NaN estimate (a target with no observed
+   response on the chosen items) is wrong.
+
+Per cell (selector, size, source count) over all runs: the share of pairs
+ranked correctly, Kendall's tau-b between estimates and seen (and unseen)
+accuracies, the mean absolute estimation error, and MDAD
+(:mod:`bayes_microbench.mdad`).
+
+Departures from the study's script, both for paired, reproducible grids:
+
+- the study redraws targets and sources for every source count; here each
+  run's targets, item split and source *order* are fixed, so the sources of
+  a smaller count are a subset of those of a larger one (common random
+  numbers: cells differ only in what they vary);
+- every random stream is derived from the seed with
+  :class:`numpy.random.SeedSequence` keyed by what it serves (run; selector,
+  source count, run; size), so a cell's numbers do not depend on which other
+  selectors, sizes or source counts are in the grid, nor on their order.
+
+Everything is vectorized with numpy over runs, targets and pairs; the only
+Python loops are over cells and runs (one selector call each).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ._validate import preview
+from .exceptions import ConfigurationError, UserInputError
+from .io import write_atomic
+from .mdad import (
+    DEFAULT_THRESHOLD,
+    bin_shares,
+    mdad_from_pairs,
+    mdad_from_table,
+    monotone_from_table,
+)
+from .responses import Responses
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 1
+ANALYTIC_NAME = "random-analytic"
+SPLITS = ("seen", "unseen")
+MDAD_COLUMNS = [
+    "selector",
+    "n_items",
+    "n_source_llms",
+    "split",
+    "mdad",
+    "mdad_lower",
+    "mdad_upper",
+    "reached",
+]
+
+# SeedSequence spawn-key tags, one per kind of random stream
+_TAG_RUN, _TAG_PREPARE, _TAG_SELECT, _TAG_BOOT = 0, 1, 2, 3
+
+
+def _name_key(name: str) -> int:
+    return zlib.crc32(name.encode("utf-8"))
+
+
+def _rng(seed: int, *key: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=tuple(key)))
+
+
+# --------------------------------------------------------------------------- design
+@dataclass(frozen=True)
+class RunDesign:
+    """One run: target llms, the order sources are drawn in, the item split."""
+
+    targets: np.ndarray
+    source_order: np.ndarray
+    seen: np.ndarray
+    unseen: np.ndarray
+
+    def sources(self, n_sources: int) -> np.ndarray:
+        return self.source_order[: min(int(n_sources), len(self.source_order))]
+
+
+def split_items(
+    subtask_codes: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seen/unseen item positions: ``floor(size / 2)`` of each subtask are seen."""
+    codes = np.asarray(subtask_codes)
+    keys = rng.random(len(codes))
+    order = np.lexsort((keys, codes))  # by subtask, random within
+    sorted_codes = codes[order]
+    starts = np.r_[0, np.nonzero(np.diff(sorted_codes))[0] + 1]
+    sizes = np.diff(np.r_[starts, len(codes)])
+    rank = np.arange(len(codes)) - np.repeat(starts, sizes)
+    is_seen = rank < np.repeat(sizes // 2, sizes)
+    return np.sort(order[is_seen]), np.sort(order[~is_seen])
+
+
+def design_runs(
+    n_llms: int,
+    subtask_codes: np.ndarray,
+    *,
+    n_runs: int,
+    n_targets: int,
+    random_seed: int,
+    fixed_targets: np.ndarray | None = None,
+) -> list[RunDesign]:
+    """Targets, source order and item split of every run (run ``r`` uses its own stream)."""
+    runs = []
+    for r in range(n_runs):
+        rng = _rng(random_seed, _TAG_RUN, r)
+        if fixed_targets is None:
+            targets = np.sort(rng.choice(n_llms, size=n_targets, replace=False))
+        else:
+            targets = np.asarray(fixed_targets, dtype=np.int64)
+        rest = np.setdiff1d(np.arange(n_llms), targets)
+        source_order = rng.permutation(rest)
+        seen, unseen = split_items(subtask_codes, rng)
+        runs.append(RunDesign(targets, source_order, seen, unseen))
+    return runs
+
+
+# --------------------------------------------------------------------------- pairs
+def _nanmean_rows(x: np.ndarray) -> np.ndarray:
+    obs = ~np.isnan(x)
+    n = obs.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, np.nansum(x, axis=-1) / n, np.nan)
+
+
+def pair_outcomes(estimates: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairwise differences and correctness, vectorized over leading axes.
+
+    Parameters
+    ----------
+    estimates, truth
+        ``(..., n_targets)`` estimated and reference accuracies.
+
+    Returns
+    -------
+    true_diff, correct
+        ``(..., n_pairs)`` (pairs in ``numpy.triu_indices`` order): the
+        reference difference first minus second, and whether the estimated
+        difference has the same sign (0 and NaN estimates are wrong; a zero
+        reference difference counts as positive, as in the study).
+    """
+    i, j = np.triu_indices(estimates.shape[-1], 1)
+    est = estimates[..., i] - estimates[..., j]
+    true = truth[..., i] - truth[..., j]
+    with np.errstate(invalid="ignore"):
+        correct = (est != 0) & (np.sign(est) == np.copysign(1.0, true))
+    return true, correct
+
+
+def kendall_tau_b(estimates: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Kendall's tau-b along the last axis (as ``scipy.stats.kendalltau``), vectorized."""
+    i, j = np.triu_indices(estimates.shape[-1], 1)
+    se = np.sign(estimates[..., i] - estimates[..., j])
+    st = np.sign(truth[..., i] - truth[..., j])
+    n_pairs = len(i)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        num = (se * st).sum(axis=-1)
+        den = np.sqrt((n_pairs - (se == 0).sum(axis=-1)) * (n_pairs - (st == 0).sum(axis=-1)))
+        return np.where(den > 0, num / den, np.nan)
+
+
+# --------------------------------------------------------------------------- cells
+@dataclass
+class CellResult:
+    """One (selector, size, source count) cell over all runs."""
+
+    selector: str
+    n_items: int
+    n_source_llms: int
+    metrics: dict[str, Any]
+    mdad: list[dict[str, Any]]
+    pairs: pd.DataFrame | None = None
+
+
+@dataclass
+class _RunTruth:
+    target_seen: np.ndarray  # (T, n_seen) responses of the targets on the seen items
+    seen_acc: np.ndarray  # (T,)
+    unseen_acc: np.ndarray  # (T,)
+
+
+def _truth(values: np.ndarray, design: RunDesign) -> _RunTruth:
+    tv = values[design.targets]
+    seen = tv[:, design.seen]
+    return _RunTruth(seen, _nanmean_rows(seen), _nanmean_rows(tv[:, design.unseen]))
+
+
+def summarize_cell(
+    selector: str,
+    n_items: int,
+    n_source_llms: int,
+    estimates: np.ndarray,
+    seen_acc: np.ndarray,
+    unseen_acc: np.ndarray,
+    targets: np.ndarray,
+    llm_names: np.ndarray,
+    *,
+    threshold: float,
+    boot_seed: np.random.Generator | int,
+    extra: dict[str, Any] | None = None,
+) -> CellResult:
+    """Metrics, MDAD rows and the per-pair table of one cell from ``(runs, targets)`` arrays."""
+    n_runs, n_targets = estimates.shape
+    seen_diff, seen_ok = pair_outcomes(estimates, seen_acc)
+    unseen_diff, unseen_ok = pair_outcomes(estimates, unseen_acc)
+    i, j = np.triu_indices(n_targets, 1)
+    est_diff = estimates[:, i] - estimates[:, j]
+    metrics: dict[str, Any] = {
+        "selector": selector,
+        "n_items": int(n_items),
+        "n_source_llms": int(n_source_llms),
+        "n_runs": int(n_runs),
+        "n_targets": int(n_targets),
+        "n_pairs": int(seen_ok.size),
+    }
+    rng = np.random.default_rng(boot_seed)
+    mdad_rows = []
+    for split, diff, ok, acc in (
+        ("seen", seen_diff, seen_ok, seen_acc),
+        ("unseen", unseen_diff, unseen_ok, unseen_acc),
+    ):
+        metrics[f"agreement_{split}"] = float(ok.mean())
+        tau = kendall_tau_b(estimates, acc)
+        metrics[f"kendall_tau_{split}"] = _nanmean(tau)
+        metrics[f"error_{split}"] = _nanmean(_nanmean_rows(np.abs(estimates - acc)))
+        table, boot = bin_shares(diff, ok, random_seed=rng)
+        res = mdad_from_table(table, threshold)
+        mdad_rows.append(
+            {
+                "selector": selector,
+                "n_items": int(n_items),
+                "n_source_llms": int(n_source_llms),
+                "split": split,
+                **res.as_row(),
+            }
+        )
+        for method in ("isotonic", "logistic"):
+            mono = monotone_from_table(table, boot, method=method, threshold=threshold)
+            metrics[f"mdad_{method}_{split}"] = mono.mdad
+            metrics[f"mdad_{method}_{split}_lower"] = mono.lower
+            metrics[f"mdad_{method}_{split}_upper"] = mono.upper
+    metrics.update(extra or {})
+    names = pd.Categorical.from_codes(np.arange(len(llm_names)), categories=list(llm_names))
+    ta, tb = targets[:, i], targets[:, j]
+    pairs = pd.DataFrame(
+        {
+            "selector": pd.Categorical([selector] * seen_ok.size),
+            "n_items": np.full(seen_ok.size, n_items, dtype=np.int32),
+            "n_source_llms": np.full(seen_ok.size, n_source_llms, dtype=np.int32),
+            "run": np.repeat(np.arange(n_runs, dtype=np.int32), len(i)),
+            "llm_a": names[ta.ravel()],
+            "llm_b": names[tb.ravel()],
+            "estimated_diff": est_diff.ravel(),
+            "seen_diff": seen_diff.ravel(),
+            "unseen_diff": unseen_diff.ravel(),
+            "seen_correct": seen_ok.ravel(),
+            "unseen_correct": unseen_ok.ravel(),
+        }
+    )
+    return CellResult(selector, n_items, n_source_llms, metrics, mdad_rows, pairs)
+
+
+def _nanmean(x: np.ndarray) -> float:
+    x = np.asarray(x, dtype=np.float64)
+    return float(np.nanmean(x)) if np.isfinite(x).any() else math.nan
+
+
+def run_selector_block(
+    responses: Responses,
+    designs: Sequence[RunDesign],
+    selector_name: str,
+    n_sources: int,
+    sizes: Sequence[int],
+    *,
+    random_seed: int,
+    threshold: float = DEFAULT_THRESHOLD,
+    on_run: Callable[[], None] | None = None,
+) -> list[CellResult]:
+    """All ``sizes`` of one (selector, source count): one ``prepare`` per run, reused.
+
+    Parameters
+    ----------
+    responses
+        The full response matrix.
+    designs
+        The runs (:func:`design_runs`).
+    selector_name
+        A name registered in :data:`bayes_microbench.selectors.SELECTORS`.
+    n_sources
+        Requested source llms (capped at what remains after the targets).
+    sizes
+        Subset sizes to evaluate.
+    random_seed
+        The grid's seed; the selector's streams are derived from it.
+    threshold
+        MDAD threshold.
+    on_run
+        Called after each run (progress).
+
+    Returns
+    -------
+    list of CellResult
+        One per size, in the order of ``sizes``.
+    """
+    from .selectors import get_selector
+
+    selector = get_selector(selector_name)
+    values = responses.values
+    codes = responses.subtask_codes
+    conf = responses.confidence
+    key = _name_key(selector_name)
+    n_runs = len(designs)
+    n_t = len(designs[0].targets)
+    est = {n: np.full((n_runs, n_t), np.nan) for n in sizes}
+    seen_acc = np.empty((n_runs, n_t))
+    unseen_acc = np.empty((n_runs, n_t))
+    targets = np.empty((n_runs, n_t), dtype=np.int64)
+    notes: set[str] = set()
+    used = 0
+    for r, design in enumerate(designs):
+        truth = _truth(values, design)
+        seen_acc[r], unseen_acc[r], targets[r] = truth.seen_acc, truth.unseen_acc, design.targets
+        src = design.sources(n_sources)
+        used = len(src)
+        source = values[np.ix_(src, design.seen)]
+        src_conf = None if conf is None else conf[np.ix_(src, design.seen)]
+        prepared = selector.prepare(
+            source,
+            codes[design.seen],
+            src_conf,
+            random_seed=_rng(random_seed, _TAG_PREPARE, key, int(n_sources), r),
+        )
+        for n in sizes:
+            sel = prepared.select(
+                int(n), random_seed=_rng(random_seed, _TAG_SELECT, key, int(n_sources), r, int(n))
+            )
+            est[n][r] = prepared.estimate(sel, truth.target_seen[:, sel.items])
+            for k, v in sel.info.items():
+                notes.add(f"{k}: {v}")
+        if on_run is not None:
+            on_run()
+    out = []
+    for n in sizes:
+        out.append(
+            summarize_cell(
+                selector_name,
+                int(n),
+                int(n_sources),
+                est[n],
+                seen_acc,
+                unseen_acc,
+                targets,
+                responses.llms,
+                threshold=threshold,
+                boot_seed=_rng(random_seed, _TAG_BOOT, key, int(n_sources), int(n)),
+                extra={"n_source_llms_used": used, "notes": "; ".join(sorted(notes))},
+            )
+        )
+    return out
+
+
+def analytic_rows(
+    responses: Responses,
+    designs: Sequence[RunDesign],
+    sizes: Sequence[int],
+    *,
+    random_seed: int,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> dict[int, list[dict[str, Any]]]:
+    """Exact MDAD of uniform random selection on the protocol's own pairs, per size.
+
+    Uses the same runs (targets, splits) as the Monte Carlo cells; item
+    sampling is integrated out exactly (:mod:`bayes_microbench.analytic`).
+    Returns ``{n: [seen row, unseen row]}`` without ``n_source_llms``.
+    """
+    from .analytic import pair_counts, prob_first_ahead
+
+    values = responses.values
+    only_a, only_b, seen_d, unseen_d = [], [], [], []
+    n_seen = len(designs[0].seen)
+    for design in designs:
+        truth = _truth(values, design)
+        _, _, oa, ob = pair_counts(truth.target_seen)
+        only_a.append(oa)
+        only_b.append(ob)
+        i, j = np.triu_indices(len(design.targets), 1)
+        seen_d.append(truth.seen_acc[i] - truth.seen_acc[j])
+        unseen_d.append(truth.unseen_acc[i] - truth.unseen_acc[j])
+    oa_all, ob_all = np.concatenate(only_a), np.concatenate(only_b)
+    seen_all, unseen_all = np.concatenate(seen_d), np.concatenate(unseen_d)
+    out: dict[int, list[dict[str, Any]]] = {}
+    for n in sizes:
+        rng = _rng(random_seed, _TAG_BOOT, _name_key(ANALYTIC_NAME), int(n))
+        rows = []
+        ahead = prob_first_ahead(oa_all, ob_all, n_seen, int(n))
+        behind = prob_first_ahead(ob_all, oa_all, n_seen, int(n))
+        for split, diff in (("seen", seen_all), ("unseen", unseen_all)):
+            p = np.where(np.copysign(1.0, diff) > 0, ahead, behind)
+            res = mdad_from_pairs(diff, p, threshold=threshold, random_seed=rng)
+            rows.append(
+                {
+                    "selector": ANALYTIC_NAME,
+                    "n_items": int(n),
+                    "split": split,
+                    **res.as_row(),
+                    "agreement": float(p.mean()),
+                }
+            )
+        out[int(n)] = rows
+    return out
+
+
+# --------------------------------------------------------------------------- grid
+@dataclass(frozen=True)
+class GridConfig:
+    """An evaluation grid. ``design`` fields must match to resume into a folder;
+    ``selectors``, ``sizes`` and ``source_llms`` may change between reruns (every
+    cell's numbers are independent of the rest of the grid)."""
+
+    selectors: tuple[str, ...]
+    sizes: tuple[int, ...]
+    source_llms: tuple[int, ...]
+    target_llms: int = 50
+    runs: int = 50
+    seed: int = 0
+    threshold: float = DEFAULT_THRESHOLD
+    target_group: str | None = None
+    analytic: bool = True
+
+    def design(self, responses: Responses, fixed_targets: np.ndarray | None) -> dict[str, Any]:
+        return {
+            "protocol_version": PROTOCOL_VERSION,
+            "data_fingerprint": fingerprint(responses),
+            "n_llms": responses.n_llms,
+            "n_items": responses.n_items,
+            "target_llms": self.target_llms if fixed_targets is None else len(fixed_targets),
+            "runs": self.runs,
+            "seed": self.seed,
+            "threshold": self.threshold,
+            "target_group": self.target_group,
+            "target_group_llms": None
+            if fixed_targets is None
+            else [str(x) for x in responses.llms[fixed_targets]],
+        }
+
+
+def fingerprint(responses: Responses) -> str:
+    """SHA-256 of the response values, llm and item ids and subtasks."""
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(responses.values).tobytes())
+    for labels in (responses.llms, responses.items, responses.item_subtask):
+        h.update("\x1f".join(map(str, labels)).encode("utf-8"))
+    conf = responses.confidence
+    if conf is not None:
+        h.update(np.ascontiguousarray(conf).tobytes())
+    return h.hexdigest()
+
+
+def load_target_group(spec: str, responses: Responses) -> np.ndarray:
+    """``FILE:KEY`` (a JSON object of name lists) -> llm positions in ``responses``."""
+    path_text, sep, key = spec.rpartition(":")
+    if not sep or not path_text or not key:
+        raise UserInputError(
+            f"--target-group {spec!r}: expected FILE:KEY, e.g. gpqa.llm-groups.json:8b_instruct"
+        )
+    path = Path(path_text)
+    try:
+        groups = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserInputError(f"--target-group: {path}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserInputError(f"--target-group: {path}: not a JSON file ({err})") from None
+    if not isinstance(groups, dict) or key not in groups:
+        keys = list(groups) if isinstance(groups, dict) else []
+        raise UserInputError(
+            f"--target-group: {path} has no group {key!r}; groups there: {preview(keys, 10)}"
+        )
+    names = groups[key]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise UserInputError(f"--target-group: {path}:{key} must be a list of llm names")
+    index = {str(n): k for k, n in enumerate(responses.llms)}
+    absent = [n for n in names if n not in index]
+    if absent:
+        raise UserInputError(
+            f"--target-group: llms of {path.name}:{key} not in the responses {preview(absent)}"
+        )
+    if len(set(names)) < 2:
+        raise UserInputError(f"--target-group: {path.name}:{key} needs at least 2 distinct llms")
+    return np.array(sorted({index[n] for n in names}), dtype=np.int64)
+
+
+def validate_grid(
+    config: GridConfig, responses: Responses, n_seen: int, n_fixed: int | None
+) -> None:
+    """Check the grid against the data before any work (user errors)."""
+    from .selectors import SELECTORS
+
+    unknown = [s for s in config.selectors if s not in SELECTORS]
+    if unknown:
+        raise ConfigurationError(
+            f"--selectors: unknown selector(s) {preview(unknown)}; choose from {', '.join(SELECTORS)}"
+        )
+    if not config.selectors:
+        raise ConfigurationError("--selectors: give at least one selector")
+    too_big = [n for n in config.sizes if n > n_seen]
+    if too_big:
+        raise ConfigurationError(
+            f"--sizes: {preview(too_big)} larger than the {n_seen} seen items (half of each "
+            f"subtask of the {responses.n_items} items); choose sizes up to {n_seen}"
+        )
+    n_targets = n_fixed if n_fixed is not None else config.target_llms
+    if n_fixed is None and not 2 <= config.target_llms <= responses.n_llms - 1:
+        raise ConfigurationError(
+            f"--target-llms: {config.target_llms} target llms need 2 to {responses.n_llms - 1} "
+            f"(the responses have {responses.n_llms} llms and a source is needed)"
+        )
+    if responses.n_llms - n_targets < 1:
+        raise ConfigurationError(
+            f"--target-group: all {responses.n_llms} llms are targets; none is left as a source"
+        )
+    if config.runs < 1:
+        raise ConfigurationError(f"--runs must be at least 1, got {config.runs}")
+    if not 0.0 < config.threshold < 1.0:
+        raise ConfigurationError(f"--threshold must lie in (0, 1), got {config.threshold}")
+
+
+def cell_stem(selector: str, n_items: int, n_sources: int) -> str:
+    return f"{selector}__n{n_items}__s{n_sources}"
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating | float):
+        return None if math.isnan(float(obj)) else float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    write_atomic(path, lambda t: t.write_text(json.dumps(_json_safe(obj), indent=2) + "\n"))
+
+
+@dataclass
+class GridReport:
+    """What :func:`evaluate_grid` did and where its outputs are."""
+
+    output: Path
+    computed: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    mdad: pd.DataFrame | None = None
+    metrics: pd.DataFrame | None = None
+    seconds: float = 0.0
+    skipped_analytic: str | None = None
+
+
+def evaluate_grid(
+    responses: Responses,
+    config: GridConfig,
+    output: str | os.PathLike[str],
+    *,
+    progress: bool = False,
+) -> GridReport:
+    """Run (or resume) an evaluation grid and write its outputs to ``output``.
+
+    Writes ``config.json`` first; then, per finished cell,
+    ``pairs/<cell>.parquet`` (the per-pair table) and ``cells/<cell>.json``
+    (metrics and MDAD), each atomically, the JSON last; and at the end
+    ``mdad.csv`` and ``metrics.parquet`` for the whole grid. A rerun skips
+    cells whose JSON exists; it refuses a folder whose ``config.json`` has a
+    different design (data, runs, targets, seed, threshold, target group).
+
+    Returns
+    -------
+    GridReport
+    """
+    started = time.perf_counter()
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--output {out}: exists and is not a folder; choose a folder")
+    fixed = None
+    if config.target_group is not None:
+        fixed = load_target_group(config.target_group, responses)
+    codes = responses.subtask_codes
+    n_seen = int((np.bincount(codes) // 2).sum())
+    validate_grid(config, responses, n_seen, None if fixed is None else len(fixed))
+    design = config.design(responses, fixed)
+    cfg_path = out / "config.json"
+    if cfg_path.exists():
+        try:
+            previous = json.loads(cfg_path.read_text())
+        except json.JSONDecodeError:
+            raise UserInputError(
+                f"--output {out}: config.json is unreadable; choose a new folder"
+            ) from None
+        if previous.get("design") != _json_safe(design):
+            changed = sorted(
+                k
+                for k in set(design) | set(previous.get("design", {}))
+                if _json_safe(design).get(k) != previous.get("design", {}).get(k)
+            )
+            raise UserInputError(
+                f"--output {out}: holds results of a different configuration (differs in "
+                f"{', '.join(changed)}); use a new folder, or the same data and settings to resume"
+            )
+    from . import __version__
+
+    _write_json(
+        cfg_path,
+        {
+            "design": design,
+            "grid": {
+                "selectors": list(config.selectors),
+                "sizes": list(config.sizes),
+                "source_llms": list(config.source_llms),
+                "analytic": config.analytic,
+            },
+            "responses": {"benchmark": responses.benchmark, "n_seen_items": n_seen},
+            "package_version": __version__,
+        },
+    )
+    designs = design_runs(
+        responses.n_llms,
+        codes,
+        n_runs=config.runs,
+        n_targets=config.target_llms,
+        random_seed=config.seed,
+        fixed_targets=fixed,
+    )
+    report = GridReport(out)
+    cells_dir, pairs_dir = out / "cells", out / "pairs"
+    todo: list[tuple[str, int, list[int]]] = []
+    for sel in config.selectors:
+        for src in config.source_llms:
+            pending = []
+            for n in config.sizes:
+                stem = cell_stem(sel, n, src)
+                if (cells_dir / f"{stem}.json").exists() and (
+                    pairs_dir / f"{stem}.parquet"
+                ).exists():
+                    report.reused.append(stem)
+                else:
+                    pending.append(int(n))
+            if pending:
+                todo.append((sel, int(src), pending))
+    bar = _progress(progress, total=len(todo) * config.runs)
+    try:
+        for sel, src, sizes in todo:
+            t0 = time.perf_counter()
+            cells = run_selector_block(
+                responses,
+                designs,
+                sel,
+                src,
+                sizes,
+                random_seed=config.seed,
+                threshold=config.threshold,
+                on_run=bar.update if bar is not None else None,
+            )
+            per_cell = (time.perf_counter() - t0) / len(cells)
+            for cell in cells:
+                cell.metrics["seconds"] = per_cell
+                _save_cell(cells_dir, pairs_dir, cell)
+                report.computed.append(cell_stem(cell.selector, cell.n_items, cell.n_source_llms))
+                logger.info(
+                    "%s n=%d sources=%d: agreement %.3f, MDAD %s",
+                    cell.selector,
+                    cell.n_items,
+                    cell.n_source_llms,
+                    cell.metrics["agreement_seen"],
+                    cell.mdad[0]["mdad"],
+                )
+    finally:
+        if bar is not None:
+            bar.close()
+    if config.analytic and "random" in config.selectors:
+        report.skipped_analytic = _analytic_cells(responses, designs, config, cells_dir, report)
+    _assemble(out, config, report)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _analytic_cells(
+    responses: Responses,
+    designs: list[RunDesign],
+    config: GridConfig,
+    cells_dir: Path,
+    report: GridReport,
+) -> str | None:
+    """Write ``random-analytic`` cells (one computation for all source counts)."""
+    pending = [
+        n
+        for n in config.sizes
+        if not all(
+            (cells_dir / f"{cell_stem(ANALYTIC_NAME, n, s)}.json").exists()
+            for s in config.source_llms
+        )
+    ]
+    if np.isnan(responses.values).any():
+        reason = "the responses have missing cells (the exact formula needs complete data)"
+        logger.info("random-analytic skipped: %s", reason)
+        return reason
+    if not pending:
+        return None
+    rows = analytic_rows(
+        responses, designs, pending, random_seed=config.seed, threshold=config.threshold
+    )
+    for n, pair in rows.items():
+        for src in config.source_llms:
+            stem = cell_stem(ANALYTIC_NAME, n, src)
+            metrics = {
+                "selector": ANALYTIC_NAME,
+                "n_items": n,
+                "n_source_llms": src,
+                "n_runs": config.runs,
+                "agreement_seen": pair[0]["agreement"],
+                "agreement_unseen": pair[1]["agreement"],
+                "notes": "exact expectation over uniform item samples; no sources used",
+            }
+            mdad_rows = [
+                {k: v for k, v in r.items() if k != "agreement"} | {"n_source_llms": src}
+                for r in pair
+            ]
+            _write_json(cells_dir / f"{stem}.json", {"metrics": metrics, "mdad": mdad_rows})
+            report.computed.append(stem)
+    return None
+
+
+def _save_cell(cells_dir: Path, pairs_dir: Path, cell: CellResult) -> None:
+    stem = cell_stem(cell.selector, cell.n_items, cell.n_source_llms)
+    pairs = cell.pairs
+    assert pairs is not None
+    write_atomic(pairs_dir / f"{stem}.parquet", lambda t: pairs.to_parquet(t, index=False))
+    _write_json(cells_dir / f"{stem}.json", {"metrics": cell.metrics, "mdad": cell.mdad})
+
+
+def _assemble(out: Path, config: GridConfig, report: GridReport) -> None:
+    selectors = list(config.selectors)
+    if config.analytic and "random" in selectors and report.skipped_analytic is None:
+        selectors.insert(selectors.index("random") + 1, ANALYTIC_NAME)
+    mdad_rows: list[dict[str, Any]] = []
+    metric_rows: list[dict[str, Any]] = []
+    for sel in selectors:
+        for src in config.source_llms:
+            for n in config.sizes:
+                path = out / "cells" / f"{cell_stem(sel, n, src)}.json"
+                data = json.loads(path.read_text())
+                mdad_rows.extend(data["mdad"])
+                metric_rows.append(data["metrics"])
+    mdad = pd.DataFrame(mdad_rows, columns=MDAD_COLUMNS)
+    for col in ("mdad", "mdad_lower", "mdad_upper"):
+        mdad[col] = pd.to_numeric(mdad[col]).astype(np.float64)
+    mdad["reached"] = mdad["reached"].astype(bool)
+    metrics = pd.DataFrame(metric_rows)
+    if "seconds" in metrics:
+        metrics = metrics.drop(columns="seconds")  # timing is not a result (keeps reruns identical)
+    write_atomic(out / "mdad.csv", lambda t: mdad.to_csv(t, index=False, float_format="%.6g"))
+    write_atomic(out / "metrics.parquet", lambda t: metrics.to_parquet(t, index=False))
+    report.mdad, report.metrics = mdad, metrics
+
+
+def _progress(enabled: bool, total: int) -> Any:
+    if not enabled or total == 0:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="evaluate (runs)", unit="run", leave=False)
