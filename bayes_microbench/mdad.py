@@ -337,12 +337,13 @@ def monotone_from_table(
     if math.isnan(point):
         return MdadResult(math.nan, math.nan, math.nan, False, table, threshold)
     # replicates that never reach the threshold lie beyond the observed gaps
-    reps = np.where(np.isnan(reps), np.inf, reps)
+    beyond = 1e6 + 10.0 * float(gaps[-1])
+    reps = np.where(np.isnan(reps), beyond, reps)
     lo, hi = np.quantile(reps, [alpha, 1.0 - alpha])
     return MdadResult(
         point,
-        float(lo) if np.isfinite(lo) else math.nan,
-        float(hi) if np.isfinite(hi) else math.nan,
+        float(lo) if lo <= gaps[-1] else math.nan,
+        float(hi) if hi <= gaps[-1] else math.nan,
         True,
         table,
         threshold,
