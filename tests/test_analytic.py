@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from itertools import combinations
+from itertools import combinations, pairwise
 from math import comb
 
 import numpy as np
@@ -53,7 +53,7 @@ def test_expected_agreement_increases_with_n():
     probs = [
         float(expected_agreement(a, b, np.array([0.05]), 224, n)[0]) for n in (10, 25, 50, 100, 200)
     ]
-    assert all(x < y for x, y in zip(probs, probs[1:], strict=False)), probs
+    assert all(x < y for x, y in pairwise(probs)), probs
 
 
 def test_pair_counts_and_missing_data_refused():

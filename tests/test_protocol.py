@@ -174,7 +174,7 @@ def test_resume_recomputes_only_missing_cells(resp, tmp_path):
     assert again.computed == ["random__n20__s10"]
     assert len(again.reused) == 3
     assert (out / "mdad.csv").read_text() == before
-    with pytest.raises(UserInputError, match="different configuration.*seed"):
+    with pytest.raises(UserInputError, match=r"different configuration.*seed"):
         evaluate_grid(resp, _grid(seed=3), out)
 
 
