@@ -1,0 +1,423 @@
+"""lm-evaluation-harness ``--log_samples`` output.
+
+Layout
+------
+``lm_eval --output_path OUT --log_samples`` writes, per model, a folder
+``OUT/<org>__<model>/`` holding ``results_<timestamp>.json`` (aggregate
+scores and the run's configuration) and one ``samples_<task>_<timestamp>.jsonl``
+per task: one JSON object per line and per filter, with ``doc_id``,
+``doc_hash``, ``target``, ``filter``, ``filtered_resps``, ``arguments``, the
+names of the task's metrics in ``metrics`` and each metric's value under its
+own key (``acc``, ``acc_norm``, ``exact_match``, ...).
+
+What is read
+------------
+llm
+    ``model_name`` of the ``results_<timestamp>.json`` with the samples file's
+    timestamp (else of the folder's results files, when they agree), else the
+    model named in its ``config.model_args`` (``pretrained=``, ``model=``,
+    ...), else the folder name with its first ``__`` read as ``/``.
+item
+    ``<task>:<doc_id>`` (``doc_id`` is the document's index in the task's
+    dataset split; ``--item-key doc_hash`` uses ``<task>:<doc_hash>``, the hash
+    of the document itself). Never the line order. When several runs give one
+    ``task:doc_id`` different document hashes the import stops: the runs used
+    different datasets.
+subtask
+    The task name from the file name (``samples_<task>_<timestamp>.jsonl``).
+correct
+    The first metric of ``--metric NAME[,NAME...]`` the task logs; by default
+    the first of ``acc``, ``acc_norm``, ``exact_match``,
+    ``prompt_level_strict_acc`` the task logs. Values must be
+    0 / 1 / true / false unless ``--threshold T`` is given.
+filter
+    A task logged under several filters (e.g. ``strict-match`` and
+    ``flexible-extract``) needs ``--filter NAME`` unless one is ``none``.
+confidence, n_options
+    For multiple-choice tasks (every request a log-likelihood), the softmax of
+    the options' log-likelihoods at the ``target`` option and the number of
+    options. The raw (not length-normalized) log-likelihoods are used, the
+    ones ``acc`` takes its argmax of.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ._common import (
+    HarnessLogError,
+    ImportOptions,
+    binary_value,
+    describe_keys,
+    find_files,
+    item_id,
+    iter_jsonl,
+    llm_from_folder,
+    read_json,
+    refuse_options,
+    rows_frame,
+)
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "lm-eval"
+DEFAULT_METRICS = ("acc", "acc_norm", "exact_match", "prompt_level_strict_acc")
+
+# Keys of a logged sample that are bookkeeping, not metrics.
+BOOKKEEPING = frozenset(
+    {
+        "doc_id",
+        "doc",
+        "target",
+        "arguments",
+        "resps",
+        "filtered_resps",
+        "filter",
+        "metrics",
+        "doc_hash",
+        "prompt_hash",
+        "target_hash",
+        "task",
+        "task_name",
+    }
+)
+
+_TIMESTAMP = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
+SAMPLES_NAME = re.compile(rf"^samples_(?P<task>.+?)(?:_(?P<stamp>{_TIMESTAMP}))?\.jsonl$")
+RESULTS_NAME = re.compile(rf"^results_(?P<stamp>{_TIMESTAMP})\.json$")
+MODEL_ARG_KEYS = ("peft", "delta", "pretrained", "model", "path", "engine")
+
+
+def is_samples_file(path: Path) -> bool:
+    return SAMPLES_NAME.match(path.name) is not None
+
+
+def read_lm_eval(paths: Sequence[str | Path], options: ImportOptions | None = None) -> pd.DataFrame:
+    """Read lm-evaluation-harness ``samples_*.jsonl`` files into importer rows.
+
+    Parameters
+    ----------
+    paths
+        ``samples_<task>_<timestamp>.jsonl`` files, or folders searched
+        recursively for them (a model's folder, or the whole ``--output_path``).
+    options
+        Metric, threshold, filter and item-key choices (:class:`ImportOptions`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per llm and logged sample: ``llm, item, subtask, correct,
+        confidence, n_options, source, line, doc_hash``.
+    """
+    opts = options or ImportOptions()
+    refuse_options(opts, FORMAT, ["epoch"])
+    files = find_files(
+        paths, is_samples_file, FORMAT, "an lm-eval samples file (samples_<task>_<timestamp>.jsonl)"
+    )
+    names: dict[Path, str] = {}
+    rows: list[dict[str, Any]] = []
+    for path in files:
+        match = SAMPLES_NAME.match(path.name)
+        assert match is not None
+        llm = _llm_name(path, match.group("stamp"), names)
+        records = list(iter_jsonl(path))
+        if not records:
+            logger.warning("%s: empty samples file, skipped", path)
+            continue
+        rows.extend(sample_rows(records, llm=llm, task=match.group("task"), source=path, opts=opts))
+    frame = rows_frame(rows)
+    logger.debug("%s: read %d results from %d files", FORMAT, len(frame), len(files))
+    return frame
+
+
+# ------------------------------------------------------------------ llm name
+def _llm_name(samples: Path, stamp: str | None, cache: dict[Path, str]) -> str:
+    folder = samples.parent
+    key = folder / (stamp or "")
+    if key in cache:
+        return cache[key]
+    name = None
+    if stamp is not None:
+        results = folder / f"results_{stamp}.json"
+        if results.is_file():
+            name = _name_from_results(results)
+    if name is None:
+        found = {}
+        for results in sorted(folder.glob("results_*.json")):
+            if RESULTS_NAME.match(results.name):
+                got = _name_from_results(results)
+                if got is not None:
+                    found[got] = results
+        if len(found) > 1:
+            raise HarnessLogError(
+                f"{samples}: cannot tell which model wrote it: the results files beside it name "
+                f"several models {describe_keys(found)}; keep one model per folder"
+            )
+        if found:
+            name = next(iter(found))
+    if name is None:
+        name = llm_from_folder(folder.name)
+        logger.debug("%s: no results file names the model; using the folder name %r", samples, name)
+    cache[key] = name
+    return name
+
+
+def _name_from_results(path: Path) -> str | None:
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise HarnessLogError(f"{path}: expected a JSON object (an lm-eval results file)")
+    name = data.get("model_name")
+    if isinstance(name, str) and name.strip():
+        return name.strip()
+    config = data.get("config")
+    if isinstance(config, dict):
+        return model_from_args(config.get("model_args"))
+    return None
+
+
+def model_from_args(model_args: Any) -> str | None:
+    """The model named in lm-eval ``model_args`` (``"pretrained=org/m,dtype=..."`` or a dict)."""
+    if isinstance(model_args, dict):
+        for key in MODEL_ARG_KEYS:
+            value = model_args.get(key)
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+        return None
+    if not isinstance(model_args, str):
+        return None
+    parts = dict(
+        part.split("=", 1) for part in model_args.split(",") if "=" in part and part.strip()
+    )
+    parts = {k.strip(): v.strip() for k, v in parts.items()}
+    for key in MODEL_ARG_KEYS:
+        if parts.get(key):
+            return parts[key]
+    return None
+
+
+# ------------------------------------------------------------------ records
+def sample_rows(
+    records: Sequence[tuple[int, dict[str, Any]]],
+    *,
+    llm: str,
+    task: str,
+    source: Path | str,
+    opts: ImportOptions,
+) -> Iterable[dict[str, Any]]:
+    """Importer rows from one task's logged samples of one llm (lm-eval record layout).
+
+    ``records`` are ``(line, record)`` pairs; ``line`` is 0 where the source
+    has no lines (a Parquet file).
+    """
+    records = _one_filter(records, task, source, opts.filter)
+    metric = _choose_metric(records, task, source, opts.metric)
+    key_field = opts.item_key
+    for line, rec in records:
+        where = f"{source}, line {line}" if line else f"{source}, row {_row_label(rec)}"
+        item = item_id(task, rec.get(key_field), where=where, field=key_field)
+        if metric not in rec:
+            raise HarnessLogError(f"{where}: no value for metric {metric!r}")
+        correct = binary_value(
+            rec[metric], metric=metric, threshold=opts.threshold, where=where, llm=llm, item=item
+        )
+        confidence, n_options = choice_confidence(rec)
+        doc_hash = rec.get("doc_hash")
+        yield {
+            "llm": llm,
+            "item": item,
+            "subtask": task,
+            "correct": correct,
+            "confidence": confidence,
+            "n_options": n_options,
+            "source": str(source),
+            "line": line,
+            "doc_hash": str(doc_hash) if doc_hash is not None else None,
+        }
+
+
+def _row_label(rec: dict[str, Any]) -> str:
+    return f"doc_id {rec['doc_id']}" if "doc_id" in rec else "?"
+
+
+def _one_filter(
+    records: Sequence[tuple[int, dict[str, Any]]],
+    task: str,
+    source: Path | str,
+    wanted: str | None,
+) -> Sequence[tuple[int, dict[str, Any]]]:
+    filters = list(dict.fromkeys(rec.get("filter") for _, rec in records))
+    if len(filters) <= 1:
+        return records
+    if wanted is not None:
+        if wanted not in filters:
+            raise HarnessLogError(
+                f"{source}: task {task!r} has no filter {wanted!r}; its filters are {filters}"
+            )
+        chosen = wanted
+    elif "none" in filters:
+        chosen = "none"
+    else:
+        raise HarnessLogError(
+            f"{source}: task {task!r} is logged under several filters {filters}; "
+            "choose one with --filter"
+        )
+    return [(line, rec) for line, rec in records if rec.get("filter") == chosen]
+
+
+def metric_candidates(wanted: str) -> list[str]:
+    """``"acc_norm,exact_match"`` -> ``["acc_norm", "exact_match"]`` (first present wins)."""
+    return [part.strip() for part in wanted.split(",") if part.strip()]
+
+
+def _metric_names(rec: dict[str, Any]) -> list[str]:
+    listed = rec.get("metrics")
+    if isinstance(listed, (list, tuple, np.ndarray)) and len(listed):
+        return [str(m) for m in listed]
+    return [k for k, v in rec.items() if k not in BOOKKEEPING and _scalar_like(v)]
+
+
+def _scalar_like(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, np.integer, np.floating, np.bool_)) or (
+        isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float)) for v in value)
+    )
+
+
+def _choose_metric(
+    records: Sequence[tuple[int, dict[str, Any]]], task: str, source: Path | str, wanted: str | None
+) -> str:
+    first = records[0][1]
+    names = _metric_names(first)
+    if wanted is not None:
+        candidates = metric_candidates(wanted)
+        for name in candidates:
+            if any(name in rec for _, rec in records):
+                return name
+        shown = candidates[0] if len(candidates) == 1 else candidates
+        raise HarnessLogError(
+            f"{source}: task {task!r} has no metric {shown!r}; its metrics are {names} "
+            "(--metric takes a comma-separated list: the first one a task logs is used)"
+        )
+    for name in DEFAULT_METRICS:
+        if name in first:
+            return name
+    if not names:
+        raise HarnessLogError(
+            f"{source}: task {task!r} logs no per-item metric; is this an lm-eval samples file?"
+        )
+    raise HarnessLogError(
+        f"{source}: task {task!r} has none of the default metrics {list(DEFAULT_METRICS)}; "
+        f"choose one of {names} with --metric"
+    )
+
+
+# ------------------------------------------------------------------ confidence
+_GREEDY = frozenset({"True", "False", "true", "false", "0", "1"})
+
+
+def _loglikelihood(resp: Any) -> float | None:
+    """The log-likelihood of a ``[loglik, is_greedy]`` response (logged as strings), else None."""
+    if isinstance(resp, np.ndarray):
+        resp = resp.tolist()
+    if isinstance(resp, (list, tuple)) and len(resp) == 1:
+        resp = resp[0]  # an unfiltered ``resps`` entry: a list holding the pair
+        if isinstance(resp, np.ndarray):
+            resp = resp.tolist()
+    if not isinstance(resp, (list, tuple)) or len(resp) != 2:
+        return None
+    value, greedy = resp
+    if str(greedy) not in _GREEDY:
+        return None
+    try:
+        ll = float(value)
+    except (TypeError, ValueError):
+        return None
+    return ll if not math.isnan(ll) else None
+
+
+def _continuations(rec: dict[str, Any]) -> list[str] | None:
+    args = rec.get("arguments")
+    conts: list[str] = []
+    if isinstance(args, dict):
+        for key in sorted(args, key=lambda k: int(re.sub(r"\D", "", k) or 0)):
+            entry = args[key]
+            if not isinstance(entry, dict) or "arg_1" not in entry:
+                return None
+            conts.append(str(entry["arg_1"]))
+    elif isinstance(args, (list, tuple, np.ndarray)):
+        for entry in args:
+            if not isinstance(entry, (list, tuple, np.ndarray)) or len(entry) < 2:
+                return None
+            conts.append(str(entry[1]))
+    else:
+        return None
+    return conts
+
+
+def _target_index(rec: dict[str, Any], n: int) -> int | None:
+    target = rec.get("target")
+    if isinstance(target, (bool, np.bool_)):
+        return None
+    if isinstance(target, (int, np.integer)):
+        index = int(target)
+        return index if 0 <= index < n else None
+    if isinstance(target, str):
+        text = target.strip()
+        if re.fullmatch(r"\d+", text):
+            index = int(text)
+            return index if 0 <= index < n else None
+        conts = _continuations(rec)
+        if conts is not None and len(conts) == n:
+            hits = [i for i, c in enumerate(conts) if c.strip() == text]
+            if len(hits) == 1:
+                return hits[0]
+    return None
+
+
+def choice_confidence(rec: dict[str, Any]) -> tuple[float, int]:
+    """``(confidence, n_options)`` of a logged multiple-choice sample, ``(nan, 0)`` otherwise.
+
+    A sample is multiple choice when it has at least two requests and every
+    ``filtered_resps`` entry is a ``[loglik, is_greedy]`` pair. The confidence
+    is ``softmax(logliks)[target]``; it is NaN when the target option cannot
+    be identified (a list of targets, or text matching no option). Tasks
+    scored by ``acc_mutual_info`` log twice as many requests as options and
+    get neither.
+    """
+    metrics = rec.get("metrics")
+    if isinstance(metrics, (list, tuple, np.ndarray)) and "acc_mutual_info" in list(metrics):
+        return math.nan, 0
+    resps = rec.get("filtered_resps")
+    if isinstance(resps, np.ndarray):
+        resps = resps.tolist()
+    if not isinstance(resps, (list, tuple)) or len(resps) < 2:
+        return math.nan, 0
+    lls: list[float] = []
+    for resp in resps:
+        # the usual case, a ["-1.23", "False"] pair, without the general parser
+        if type(resp) is list and len(resp) == 2 and isinstance(resp[1], str):
+            if resp[1] not in _GREEDY:
+                return math.nan, 0
+            try:
+                lls.append(float(resp[0]))
+            except (TypeError, ValueError):
+                return math.nan, 0
+            continue
+        ll = _loglikelihood(resp)
+        if ll is None:
+            return math.nan, 0
+        lls.append(ll)
+    n = len(lls)
+    index = _target_index(rec, n)
+    if index is None or not all(math.isfinite(v) for v in lls):
+        return math.nan, n
+    top = max(lls)
+    weights = [math.exp(v - top) for v in lls]
+    return min(1.0, max(0.0, weights[index] / math.fsum(weights))), n

@@ -1,0 +1,122 @@
+"""Open LLM Leaderboard (v2) "details" Parquet files.
+
+The leaderboard publishes, per llm, a dataset ``open-llm-leaderboard/<org>__<model>-details``
+with one configuration per task, ``<org>__<model>__leaderboard_<task>``; its
+Parquet files (``<config>/latest/0000.parquet`` or similar) hold the
+lm-evaluation-harness sample records of that llm on that task, one row per
+document: ``doc_id``, ``doc_hash``, ``target``, ``filtered_resps``,
+``arguments`` and the correctness column (``acc_norm`` for BBH, GPQA and
+MuSR, ``acc`` for MMLU-Pro, ``exact_match`` for MATH,
+``prompt_level_strict_acc`` for IFEval).
+
+What is read
+------------
+llm, task
+    From the nearest file or folder name of the form
+    ``<org>__<model>__leaderboard_<task>`` (llm ``org/model``, subtask
+    ``leaderboard_<task>``), or a file ``samples_leaderboard_<task>_<timestamp>.parquet``
+    inside a folder ``<org>__<model>``.
+item, correct, confidence, n_options
+    As for lm-evaluation-harness logs (:mod:`.lm_eval`): item ``task:doc_id``
+    (``--item-key doc_hash`` for ``task:doc_hash``), the first of ``acc``,
+    ``acc_norm``, ``exact_match``, ``prompt_level_strict_acc`` present
+    (``--metric`` overrides), and the softmax confidence for multiple-choice
+    tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ._common import (
+    HarnessLogError,
+    ImportOptions,
+    find_files,
+    llm_from_folder,
+    refuse_options,
+    rows_frame,
+)
+from .lm_eval import sample_rows
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "oll-details"
+_TIMESTAMP = r"\d{4}-\d{2}-\d{2}T\d{2}[-:]\d{2}[-:]\d{2}(?:\.\d+)?"
+CONFIG_NAME = re.compile(rf"^(?P<llm>.+?)__(?P<task>leaderboard_\w+?)(?:_{_TIMESTAMP})?$")
+SAMPLES_NAME = re.compile(rf"^samples_(?P<task>leaderboard_\w+?)(?:_{_TIMESTAMP})?$")
+# Columns never needed (large, or hashes of the prompt).
+SKIP_COLUMNS = frozenset({"doc", "resps", "prompt_hash", "target_hash"})
+
+
+def is_parquet(path: Path) -> bool:
+    return path.suffix.lower() in (".parquet", ".pq")
+
+
+def llm_and_task(path: Path) -> tuple[str, str]:
+    """The llm and task a details file belongs to, from its own or its folders' names."""
+    for part in [path.stem, *(p.name for p in path.parents)]:
+        match = CONFIG_NAME.match(part)
+        if match:
+            return llm_from_folder(match.group("llm")), match.group("task")
+    match = SAMPLES_NAME.match(path.stem)
+    if match and path.parent.name:
+        return llm_from_folder(path.parent.name), match.group("task")
+    raise HarnessLogError(
+        f"{path}: cannot tell the llm and task from the path; keep the leaderboard's names "
+        "(a file or folder '<org>__<model>__leaderboard_<task>', as in the details dataset's "
+        "configurations)"
+    )
+
+
+def read_oll_details(
+    paths: Sequence[str | Path], options: ImportOptions | None = None
+) -> pd.DataFrame:
+    """Read Open LLM Leaderboard details Parquet files into importer rows.
+
+    Parameters
+    ----------
+    paths
+        Parquet files, or folders searched recursively for them.
+    options
+        Metric, threshold, filter and item-key choices (:class:`ImportOptions`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``llm, item, subtask, correct, confidence, n_options, source, line, doc_hash``.
+    """
+    import pyarrow.parquet as pq
+
+    opts = options or ImportOptions()
+    refuse_options(opts, FORMAT, ["epoch"])
+    files = find_files(paths, is_parquet, FORMAT, "a Parquet file (.parquet)")
+    rows: list[dict[str, Any]] = []
+    for path in files:
+        llm, task = llm_and_task(path)
+        try:
+            schema = pq.read_schema(path)
+            columns = [c for c in schema.names if c not in SKIP_COLUMNS]
+            records = pq.read_table(path, columns=columns).to_pylist()
+        except (OSError, ValueError) as err:
+            raise HarnessLogError(f"{path}: not a readable Parquet file ({err})") from None
+        if not records:
+            logger.warning("%s: no rows, skipped", path)
+            continue
+        if opts.item_key not in records[0]:
+            other = "doc_hash" if opts.item_key == "doc_id" else "doc_id"
+            hint = f"; key items with --item-key {other}" if other in records[0] else ""
+            raise HarnessLogError(
+                f"{path}: no {opts.item_key!r} column (columns: {sorted(records[0])}); "
+                f"not a leaderboard details file{hint}"
+            )
+        numbered = [(0, rec) for rec in records]
+        rows.extend(sample_rows(numbered, llm=llm, task=task, source=path, opts=opts))
+    frame = rows_frame(rows)
+    logger.debug("%s: read %d results from %d files", FORMAT, len(frame), len(files))
+    return frame
