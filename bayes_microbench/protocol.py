@@ -368,8 +368,9 @@ def run_selector_block(
                 int(n), random_seed=_rng(random_seed, _TAG_SELECT, key, int(n_sources), r, int(n))
             )
             est[n][r] = prepared.estimate(sel, truth.target_seen[:, sel.items])
-            for k, v in sel.info.items():
-                notes.add(f"{k}: {v}")
+            # keep the selector's categorical notes (e.g. "signal: correctness"),
+            # not per-run numbers such as allocations
+            notes.update(f"{k}: {v}" for k, v in sel.info.items() if isinstance(v, str | bool))
         if on_run is not None:
             on_run()
     out = []
