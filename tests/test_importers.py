@@ -386,6 +386,23 @@ def test_inspect_bad_files(tmp_path):
         import_responses("inspect", [odd])
 
 
+def test_inspect_eval_with_unreadable_compression(tmp_path):
+    # newer inspect versions may compress .eval members with zstandard, which
+    # Python 3.12's zipfile cannot read: mark the members so (method 93)
+    log = tmp_path / "z.eval"
+    with zipfile.ZipFile(log, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("header.json", json.dumps({"eval": {"model": "m", "task": "t"}}))
+        archive.writestr("samples/1_epoch_1.json", json.dumps({"id": 1, "epoch": 1}))
+    data = bytearray(log.read_bytes())
+    at = data.find(b"PK\x01\x02")  # central directory entries: method at offset 10
+    while at != -1:
+        data[at + 10 : at + 12] = (93).to_bytes(2, "little")
+        at = data.find(b"PK\x01\x02", at + 4)
+    log.write_bytes(bytes(data))
+    with pytest.raises(HarnessLogError, match=r"compression this Python cannot read.*log convert"):
+        import_responses("inspect", [log])
+
+
 # ---------------------------------------------------------------- shared
 def test_unknown_format_and_inapplicable_options():
     with pytest.raises(

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "import",
         help="convert harness logs (lm-eval, Open LLM Leaderboard details, inspect) to a responses CSV",
-        description=__doc__,
+        description=(__doc__ or "").split("\n", 2)[-1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("format", metavar="FORMAT", help="lm-eval, oll-details, inspect or auto")
@@ -38,20 +38,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--metric",
+        metavar="NAME[,NAME...]",
         default=None,
-        help="per-item metric, or a comma-separated list of which each task uses the first it logs (lm-eval: default the first of acc, acc_norm, exact_match, "
-        "prompt_level_strict_acc) or scorer (inspect: default the only one; SCORER.KEY for dict "
-        "values) that becomes correct",
+        help="the per-item metric (lm-eval, oll-details) or scorer (inspect) that becomes "
+        "correct; with a list each task uses the first it logs. Default: the first of acc, "
+        "acc_norm, exact_match, prompt_level_strict_acc (lm-eval, oll-details); the only "
+        "scorer (inspect; SCORER.KEY picks a value of a scorer that gives a dict)",
     )
     p.add_argument(
         "--threshold",
+        metavar="T",
         type=float,
         default=None,
-        help="count metric values >= THRESHOLD as correct (needed for non-binary metrics)",
+        help="count metric values >= T as correct (needed for metrics other than 0/1)",
     )
     p.add_argument(
         "--filter",
         dest="lm_filter",
+        metavar="NAME",
         default=None,
         help="lm-eval filter for tasks logged under several (default 'none' when present)",
     )
@@ -59,10 +63,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--item-key",
         choices=("doc_id", "doc_hash"),
         default="doc_id",
-        help="lm-eval item ids: task:doc_id (default) or task:doc_hash",
+        help="lm-eval, oll-details item ids: task:doc_id (default) or task:doc_hash",
     )
     p.add_argument(
-        "--epoch", type=int, default=None, help="inspect: the epoch to import (logs with several)"
+        "--epoch",
+        metavar="N",
+        type=int,
+        default=None,
+        help="inspect: the epoch to import, for logs run over several",
     )
     add_output_flags(p)
     p.set_defaults(func=run)

@@ -200,7 +200,7 @@ def _log_rows(
     for i, sample in enumerate(samples):
         if not isinstance(sample, dict):
             raise HarnessLogError(f"{path}: sample {i + 1} is not a JSON object")
-    epochs = sorted({int(s.get("epoch", 1)) for s in samples})
+    epochs = sorted({_epoch(s, path) for s in samples})
     if opts.epoch is not None:
         if opts.epoch not in epochs:
             raise HarnessLogError(
@@ -215,7 +215,7 @@ def _log_rows(
         epoch = epochs[0]
     chosen: tuple[str, str | None] | None = None
     for sample in samples:
-        if int(sample.get("epoch", 1)) != epoch:
+        if _epoch(sample, path) != epoch:
             continue
         where = f"{path}, sample {sample.get('id')!r}"
         item = item_id(task, sample.get("id"), where=where, field="id")
@@ -237,6 +237,15 @@ def _log_rows(
             "source": str(path),
             "line": 0,
         }
+
+
+def _epoch(sample: dict[str, Any], path: Path) -> int:
+    value = sample.get("epoch", 1)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HarnessLogError(
+            f"{path}, sample {sample.get('id')!r}: epoch must be a whole number, got {value!r}"
+        )
+    return value
 
 
 def _scores(sample: dict[str, Any]) -> dict[str, Any] | None:
