@@ -15,6 +15,14 @@ from .base import PreparedSelector, Selection, Selector, weighted_mean_estimate
 # name -> (module under bayes_microbench.selectors, class name)
 SELECTORS: dict[str, tuple[str, str]] = {
     "random": ("random", "RandomSelector"),
+    "random-subtask-equal": ("subtask", "SubtaskEqualSelector"),
+    "random-subtask-proportional": ("subtask", "SubtaskProportionalSelector"),
+    "stratified-confidence": ("stratified", "StratifiedConfidenceSelector"),
+    "anchor-points": ("anchor_points", "AnchorPointsSelector"),
+    "tinybenchmarks": ("tinybenchmarks", "TinyBenchmarksSelector"),
+    "tinybenchmarks-pirt": ("tinybenchmarks", "TinyBenchmarksPIRTSelector"),
+    "tinybenchmarks-gpirt": ("tinybenchmarks", "TinyBenchmarksGPIRTSelector"),
+    "diversity": ("diversity", "DiversitySelector"),
 }
 
 

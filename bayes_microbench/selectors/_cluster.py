@@ -1,0 +1,349 @@
+"""Small seeded numeric kernels shared by the selectors (numpy only).
+
+* :func:`nan_correlation`: item x item Pearson correlation over the llms
+  observed on both items (pairwise-complete), with a documented value for
+  degenerate (constant) items.
+* :func:`kmeans`: Lloyd's algorithm with k-means++ seeding; every cluster ends
+  non-empty.
+* :func:`kmeans_1d`: exact (globally optimal) weighted k-means on a line by
+  dynamic programming; deterministic.
+* :func:`kmedoids`: PAM swap search on a precomputed distance matrix, all
+  candidate swaps scored at once (the FastPAM1 decomposition of the loss change).
+* :func:`sample_projection_dpp`: exact sampling from a projection DPP
+  ``K = V V^T`` (the chain rule, as a sequential Cholesky of ``K``).
+
+Everything random takes a :class:`numpy.random.Generator`; the same generator
+state gives the same result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+_CONTROLLER: Any = None
+
+
+@contextlib.contextmanager
+def single_blas_thread() -> Iterator[None]:
+    """Run the enclosed small matrix products on one BLAS thread.
+
+    The selectors' loops multiply small matrices (e.g. 300 x 10 x 224) many
+    times; on a loaded 2-core machine OpenBLAS's thread hand-offs made such a
+    product about 60x slower than one thread (measured: 16 ms vs 0.27 ms).
+    Uses ``threadpoolctl`` (installed with PyMC) when available, else does
+    nothing.
+    """
+    global _CONTROLLER
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - optional
+        yield
+        return
+    if _CONTROLLER is None:
+        # load SciPy's own BLAS (used inside L-BFGS-B) first, so it is limited too
+        import scipy.linalg  # noqa: F401
+
+        _CONTROLLER = ThreadpoolController()
+    with _CONTROLLER.limit(limits=1, user_api="blas"):
+        yield
+
+
+def on_one_blas_thread[F: Callable[..., Any]](func: F) -> F:
+    """Decorator form of :func:`single_blas_thread`."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with single_blas_thread():
+            return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------- correlation
+def nan_correlation(x: np.ndarray) -> np.ndarray:
+    """Item x item correlation of the columns of ``x`` (llm x item), NaN = missing.
+
+    Each pair uses the rows observed on both items (pairwise-complete; equal
+    to :func:`numpy.corrcoef` when nothing is missing). Where the correlation
+    is undefined (fewer than two common rows, or an item constant over them,
+    e.g. answered correctly by every source llm) it is set to 0 (distance 1),
+    except that two items with identical observed values get 1 and every item
+    has correlation 1 with itself.
+    """
+    obs = ~np.isnan(x)
+    m = obs.astype(np.float64)
+    x0 = np.where(obs, x, 0.0)
+    n = m.T @ m  # common rows
+    s = x0.T @ m  # s[i, j] = sum of item i over rows observed on i and j
+    ss = (x0 * x0).T @ m
+    sxy = x0.T @ x0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cov = sxy - s * s.T / n
+        var_i = ss - s * s / n
+        var_j = var_i.T
+        corr = cov / np.sqrt(var_i * var_j)
+        # identical observed values on the common rows: sum of squared differences is 0
+        sq_diff = ss + ss.T - 2.0 * sxy
+    scale = np.maximum(1.0, np.abs(ss) + np.abs(ss.T))
+    tiny = 1e-12 * scale
+    defined = (n >= 2) & (var_i > tiny) & (var_j > tiny) & np.isfinite(corr)
+    identical = (n >= 1) & (np.abs(sq_diff) <= tiny)
+    out = np.where(defined, np.clip(corr, -1.0, 1.0), np.where(identical, 1.0, 0.0))
+    np.fill_diagonal(out, 1.0)
+    return out
+
+
+# --------------------------------------------------------------------- k-means
+def _sq_dist(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    d = (x * x).sum(1)[:, None] - 2.0 * x @ c.T + (c * c).sum(1)[None, :]
+    return np.maximum(d, 0.0)
+
+
+def _kmeans_pp(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k-means++ seeding: indices of ``k`` distinct rows of ``x``."""
+    n = x.shape[0]
+    chosen = np.empty(k, dtype=np.int64)
+    chosen[0] = rng.integers(n)
+    d2 = _sq_dist(x, x[chosen[:1]])[:, 0]
+    taken = np.zeros(n, dtype=bool)
+    taken[chosen[0]] = True
+    for t in range(1, k):
+        p = np.where(taken, 0.0, d2)
+        total = p.sum()
+        if total <= 0.0:  # all remaining rows coincide with a centre: pick uniformly
+            p = (~taken).astype(np.float64)
+            total = p.sum()
+        j = int(rng.choice(n, p=p / total))
+        chosen[t] = j
+        taken[j] = True
+        d2 = np.minimum(d2, _sq_dist(x, x[j : j + 1])[:, 0])
+    return chosen
+
+
+@on_one_blas_thread
+def kmeans(
+    x: np.ndarray,
+    k: int,
+    rng: np.random.Generator,
+    *,
+    max_iter: int = 300,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Lloyd's k-means with k-means++ seeding on the rows of ``x`` (n x d).
+
+    Returns ``(labels, centres)``. Every one of the ``k <= n`` clusters is
+    non-empty: a cluster left empty takes the row farthest from its own
+    centre among clusters with at least two members (so ``k = n`` gives
+    singletons even when rows coincide).
+    """
+    n = x.shape[0]
+    if not 1 <= k <= n:
+        raise ValueError(f"kmeans: k={k} must lie in [1, {n}]")
+    centres = x[_kmeans_pp(x, k, rng)].copy()
+    labels = np.full(n, -1, dtype=np.int64)
+    for _ in range(max_iter):
+        d = _sq_dist(x, centres)
+        new = d.argmin(1)
+        new = _fill_empty(new, d, k)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+        counts = np.bincount(labels, minlength=k).astype(np.float64)
+        sums = np.zeros_like(centres)
+        np.add.at(sums, labels, x)
+        centres = sums / counts[:, None]
+    return labels, centres
+
+
+def _fill_empty(labels: np.ndarray, d: np.ndarray, k: int) -> np.ndarray:
+    counts = np.bincount(labels, minlength=k)
+    empty = np.flatnonzero(counts == 0)
+    if empty.size == 0:
+        return labels
+    labels = labels.copy()
+    own = d[np.arange(labels.size), labels]
+    for c in empty:
+        movable = counts[labels] >= 2
+        cand = np.flatnonzero(movable)
+        j = cand[np.argmax(own[cand])]
+        counts[labels[j]] -= 1
+        labels[j] = c
+        counts[c] = 1
+        own[j] = 0.0
+    return labels
+
+
+# ------------------------------------------------------------ exact 1-D k-means
+def kmeans_1d(values: np.ndarray, k: int) -> np.ndarray:
+    """Globally optimal k-means of 1-D ``values``; returns labels ``0..k'-1``.
+
+    Equal values always share a cluster; ``k' = min(k, number of distinct
+    values)``. Labels increase with the value. Dynamic programming over the
+    sorted distinct values with divide-and-conquer optimisation (the optimal
+    split point is monotone), O(k m log m) for m distinct values.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    uniq, inverse, counts = np.unique(v, return_inverse=True, return_counts=True)
+    m = uniq.size
+    k = min(int(k), m)
+    w = counts.astype(np.float64)
+    cw = np.concatenate([[0.0], np.cumsum(w)])
+    c1 = np.concatenate([[0.0], np.cumsum(w * uniq)])
+    c2 = np.concatenate([[0.0], np.cumsum(w * uniq * uniq)])
+
+    def cost(j: np.ndarray | int, i: np.ndarray | int) -> np.ndarray:
+        """Within-cluster SS of distinct values j..i-1 (half-open, j < i)."""
+        ww = cw[i] - cw[j]
+        s1 = c1[i] - c1[j]
+        return np.maximum(c2[i] - c2[j] - s1 * s1 / ww, 0.0)
+
+    inf = np.inf
+    prev = np.full(m + 1, inf)  # prev[i]: best cost of the first i values in `layer` clusters
+    prev[1:] = cost(0, np.arange(1, m + 1))
+    splits = np.zeros((k + 1, m + 1), dtype=np.int64)
+    for layer in range(2, k + 1):
+        cur = np.full(m + 1, inf)
+        arg = np.zeros(m + 1, dtype=np.int64)
+        # compute cur[i] for i in [layer, m], optimal j in [layer-1, i-1], monotone in i
+        stack = [(layer, m, layer - 1, m - 1)]
+        while stack:
+            lo, hi, jlo, jhi = stack.pop()
+            if lo > hi:
+                continue
+            mid = (lo + hi) // 2
+            js = np.arange(jlo, min(jhi, mid - 1) + 1)
+            cand = prev[js] + cost(js, mid)
+            best = int(np.argmin(cand))
+            cur[mid] = cand[best]
+            arg[mid] = js[best]
+            stack.append((lo, mid - 1, jlo, int(js[best])))
+            stack.append((mid + 1, hi, int(js[best]), jhi))
+        splits[layer] = arg
+        prev = cur
+    # backtrack the boundaries
+    bounds = [m]
+    i = m
+    for layer in range(k, 1, -1):
+        i = int(splits[layer][i])
+        bounds.append(i)
+    bounds.append(0)
+    bounds = bounds[::-1]
+    seg = np.zeros(m, dtype=np.int64)
+    for c in range(k):
+        seg[bounds[c] : bounds[c + 1]] = c
+    return seg[inverse]
+
+
+# ------------------------------------------------------------------- k-medoids
+def _nearest_two(dm: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nearest medoid (position), its distance, and the second-nearest distance."""
+    n, k = dm.shape
+    if k == 1:
+        return np.zeros(n, dtype=np.int64), dm[:, 0].copy(), np.full(n, np.inf)
+    two = np.argpartition(dm, 1, axis=1)[:, :2]
+    d_two = np.take_along_axis(dm, two, axis=1)
+    first = d_two[:, 0] <= d_two[:, 1]
+    near = np.where(first, two[:, 0], two[:, 1])
+    dn = np.where(first, d_two[:, 0], d_two[:, 1])
+    ds = np.where(first, d_two[:, 1], d_two[:, 0])
+    return near, dn, ds
+
+
+def kmedoids(
+    dist: np.ndarray,
+    k: int,
+    rng: np.random.Generator,
+    *,
+    max_passes: int = 100,
+) -> np.ndarray:
+    """k-medoids by PAM swaps with eager acceptance (FasterPAM; Schubert & Rousseeuw).
+
+    Starts from ``k`` distinct items drawn uniformly (the study's
+    ``kmedoids.fasterpam(..., init="random")``). Each non-medoid ``x`` in turn
+    scores the swap with every medoid at once (the FastPAM1 decomposition of
+    the change in total distance to the nearest medoid) and the best
+    improving swap is applied immediately; the search stops after a full
+    pass without improvement (a local optimum of the PAM objective).
+    Returns the medoid indices (distinct).
+    """
+    n = dist.shape[0]
+    if not 1 <= k <= n:
+        raise ValueError(f"kmedoids: k={k} must lie in [1, {n}]")
+    medoids = rng.choice(n, size=k, replace=False)
+    if k == n:
+        return medoids
+    scale = float(np.abs(dist).max()) or 1.0
+    eps = 1e-12 * scale
+    is_medoid = np.zeros(n, dtype=bool)
+    is_medoid[medoids] = True
+
+    def state() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        near, dn, ds = _nearest_two(dist[:, medoids])
+        removal = np.bincount(near, weights=np.where(np.isfinite(ds), ds - dn, 0.0), minlength=k)
+        return near, dn, ds, removal
+
+    near, dn, ds, removal = state()
+    since_swap = 0
+    x = 0
+    for _ in range(max_passes * n):
+        if since_swap >= n:
+            break
+        if not is_medoid[x]:
+            dx = dist[:, x]
+            shared = float(np.minimum(dx - dn, 0.0).sum())
+            if k == 1:
+                delta = np.array([dx.sum() - dn.sum()])
+            else:
+                corr = np.where(dx < dn, dn - ds, np.where(dx < ds, dx - ds, 0.0))
+                delta = removal + np.bincount(near, weights=corr, minlength=k) + shared
+            i = int(np.argmin(delta))
+            if delta[i] < -eps:
+                is_medoid[medoids[i]] = False
+                medoids[i] = x
+                is_medoid[x] = True
+                near, dn, ds, removal = state()
+                since_swap = 0
+        since_swap += 1
+        x = (x + 1) % n
+    else:
+        logger.warning("kmedoids: stopped after %d passes without converging", max_passes)
+    return medoids
+
+
+# ------------------------------------------------------------- projection DPP
+@on_one_blas_thread
+def sample_projection_dpp(v: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Draw exactly ``r`` items from the projection DPP with kernel ``V V^T``.
+
+    ``v`` is n x r with orthonormal columns. Items are drawn one at a time
+    with probability proportional to the remaining diagonal of the kernel
+    conditioned on the items already drawn (the chain rule), computed as a
+    sequential Cholesky factorisation: O(n r^2).
+    """
+    n, r = v.shape
+    diag = (v * v).sum(1)
+    chol = np.zeros((r, n))
+    out = np.empty(r, dtype=np.int64)
+    avail = np.ones(n, dtype=bool)
+    for t in range(r):
+        p = np.where(avail, np.maximum(diag, 0.0), 0.0)
+        total = p.sum()
+        if total <= 1e-12:  # numerically exhausted: fall back to uniform over the rest
+            p = avail.astype(np.float64)
+            total = p.sum()
+        j = int(rng.choice(n, p=p / total))
+        out[t] = j
+        avail[j] = False
+        kj = v @ v[j] - chol[:t].T @ chol[:t, j]
+        piv = np.sqrt(max(diag[j], 1e-300))
+        chol[t] = kj / piv
+        diag = diag - chol[t] ** 2
+        diag[j] = 0.0
+    return out
