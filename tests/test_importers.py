@@ -272,6 +272,39 @@ def test_oll_details_name_from_path_required(tmp_path):
     assert list(resp.llms) == ["org/model-z"] and list(resp.items) == GPQA
 
 
+def test_oll_details_rows_with_different_numbers_of_options(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def row(doc_id, options, target, lls):
+        return {
+            "doc_id": doc_id,
+            "doc_hash": f"h{doc_id}",
+            "target": target,
+            "arguments": {
+                f"gen_args_{i}": {"arg_0": "ctx", "arg_1": f" {o}"} for i, o in enumerate(options)
+            },
+            "filtered_resps": [[str(v), "False"] for v in lls],
+            "acc_norm": 1.0,
+        }
+
+    # one table for both rows: the struct gets the union of fields, gen_args_2 is null in row 0
+    table = pa.Table.from_pylist(
+        [
+            row(0, ["True", "False"], "False", [-2.0, -1.0]),
+            row(1, ["x", "y", "z"], "z", [-1, -1, -1]),
+        ]
+    )
+    assert table.to_pylist()[0]["arguments"]["gen_args_2"] is None
+    path = tmp_path / "org__m__leaderboard_bbh_mini.parquet"
+    pq.write_table(table, path)
+    resp = import_responses("oll-details", [path])
+    assert list(resp.n_options) == [2, 3]
+    conf = resp.confidence[0]
+    assert conf[0] == pytest.approx(softmax_at([-2.0, -1.0], 1), rel=1e-12)
+    assert conf[1] == pytest.approx(1 / 3, rel=1e-12)
+
+
 def test_oll_details_not_parquet(tmp_path):
     bad = tmp_path / "org__m__leaderboard_x.parquet"
     bad.write_text("not parquet")

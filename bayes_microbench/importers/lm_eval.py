@@ -348,6 +348,8 @@ def _continuations(rec: dict[str, Any]) -> list[str] | None:
     if isinstance(args, dict):
         for key in sorted(args, key=lambda k: int(re.sub(r"\D", "", k) or 0)):
             entry = args[key]
+            if entry is None:
+                continue  # Parquet unifies the struct over rows: absent options are null
             if not isinstance(entry, dict) or "arg_1" not in entry:
                 return None
             conts.append(str(entry["arg_1"]))
