@@ -1,0 +1,767 @@
+"""Posterior-driven micro-benchmark design: P(correct ranking), Bayesian MDAD, planning.
+
+The question a design answers before any evaluation: two llms drawn from the
+fitted population whose **full-benchmark accuracies differ by a gap** ``δ``;
+how likely does the micro-benchmark rank them the same way?
+
+Definitions (the study's, made explicit)
+----------------------------------------
+* The full benchmark is the item set ``B`` (``N`` items; by default every item
+  of the posterior). A pair's *gap* is the absolute difference of the two
+  llms' **realized** accuracies on ``B`` (as in the study, which bins pairs
+  by their realized seen-set accuracy difference), in points (0-100).
+* A design picks ``n`` items of ``B`` with weights ``w`` (uniform for
+  plain subsets); its estimate of an llm is ``sum_i w_i y_i``. It ranks a
+  pair correctly when the sign of the estimated difference equals the sign
+  of the full-benchmark difference; an estimated difference of exactly 0
+  counts as wrong (as in the study).
+* ``P(correct | δ, design)`` averages over pairs of llms whose abilities
+  come from the population ``Normal(0, 1)`` conditioned on their realized
+  full gap being ``δ``, and over their responses, under one posterior draw of
+  the item parameters. Across draws this gives a posterior distribution of
+  the curve: its mean is the posterior-predictive curve, its quantiles the
+  credible band. For a **random** design each draw also gets its own random
+  subset (nested across sizes), so the band includes the subset's randomness.
+* **MDAD** = the smallest gap on the grid (0-30 points in steps of 0.5 by
+  default) at which the curve reaches the threshold (0.8). Curves are made
+  monotone in the gap by construction (running maximum), so "smallest gap"
+  is well defined. The point value comes from the posterior-mean curve; the
+  credible interval from the per-draw MDADs (``inf`` where a draw never
+  reaches the threshold within the grid).
+
+Computation
+-----------
+Given a draw and the two abilities, the per-item response differences are
+independent, so the subset estimate difference ``D_S`` and the full
+difference ``D_B`` are sums of independent terms with closed-form means,
+variances and covariance (they separate into per-llm sums over the items:
+``sum w_i p_i(θ)``, ``sum w_i^2 p_i(1 - p_i)``, ...). Conditioning the
+bivariate normal approximation of ``(D_S, D_B)`` on ``D_B = δ`` gives
+``P(D_S > 1/(2n))`` (a continuity correction: on a uniform ``n``-item subset
+``D_S`` moves in steps of ``1/n`` and a tie is wrong). The pair of abilities
+is integrated out by quadrature: Gauss-Hermite nodes for the better llm's
+ability, and for the other llm nodes in its *expected gap* around ``δ``,
+mapped back to an ability by inverting the (monotone) expected-accuracy
+curve of the draw. Everything is vectorized over draws, ability nodes, gaps
+and designs (chunked over draws to bound memory); no Python loop runs per
+draw, pair, gap or size. :func:`_reference_curves_loop` is the same
+computation written as a plain per-draw loop (for tests and the benchmark).
+
+Designs
+-------
+``random`` (sizes ``n``), a fixed ``subset`` of item ids, or any registered
+selector. A selector is applied to *source responses*: by default a
+posterior-predictive population (``n_source`` llms with abilities from the
+population and item parameters from posterior draws), or real responses
+passed as ``source=`` (e.g. the data the posterior was fitted on). Selectors
+are re-run for ``n_replicates`` seeds (and simulated populations); draw ``s``
+uses replicate ``s mod n_replicates``, so the band carries the selection's
+randomness too. The estimator evaluated is the selection's weighted mean
+(``Selection.weights``); the Bayesian selectors set weights proportional to
+the items' discriminations, which ranks pairs like their posterior-mean
+estimator (under a 2PL the discrimination-weighted score is sufficient for
+ability).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from numpy.polynomial.hermite_e import hermegauss
+from scipy.special import ndtr
+
+from ._validate import check_positive_int, check_probability, preview
+from .exceptions import UserInputError
+from .scoring import DEFAULT_CI_PROB, DEFAULT_MAX_DRAWS, ItemDraws, item_draws
+
+logger = logging.getLogger(__name__)
+
+#: Default gap grid (points): 0 to 30 in steps of 0.5.
+DEFAULT_GAPS = np.arange(0.0, 30.0 + 1e-9, 0.5)
+DEFAULT_THRESHOLD = 0.8
+DEFAULT_SIZES = (10, 25, 50, 100, 200)
+#: Quadrature: uniform ability grid for the inverse map, Gauss-Hermite nodes for
+#: the better llm's ability and for the expected-gap offset of the other.
+THETA_LIMIT = 6.0
+N_THETA = 121
+N_ABILITY_NODES = 16
+N_GAP_NODES = 7
+_CHUNK = 25  # draws per vectorized chunk
+
+
+# ------------------------------------------------------------------ designs
+@dataclass(frozen=True)
+class Design:
+    """A family of designs over the benchmark items, one per size.
+
+    ``weights(rows)`` returns the design weights for the posterior draws
+    ``rows``: shape ``(len(rows), N, n_sizes)``, or ``(N, n_sizes)`` when the
+    design does not vary across draws. Each column is non-negative and sums
+    to 1 over its chosen items.
+    """
+
+    label: str
+    sizes: tuple[int, ...]
+    weights: Callable[[np.ndarray], np.ndarray]
+    varies: bool
+    info: dict[str, Any]
+
+
+def random_design(sizes: Sequence[int], n_bench: int, n_draws: int, random_seed: Any = 0) -> Design:
+    """Uniform random subsets: each posterior draw gets its own random order of the
+    items, and size ``n`` takes its first ``n`` (subsets nested across sizes)."""
+    sizes_t = _check_sizes(sizes, n_bench)
+    rng = np.random.default_rng(_entropy(random_seed))
+    order = np.argsort(rng.random((n_draws, n_bench)), axis=1)
+    pos = np.empty((n_draws, n_bench), dtype=np.int32)  # each item's place in its draw's order
+    np.put_along_axis(pos, order, np.arange(n_bench, dtype=np.int32)[None, :], axis=1)
+    n_arr = np.asarray(sizes_t)
+
+    def weights(rows: np.ndarray) -> np.ndarray:
+        return (pos[rows][:, :, None] < n_arr[None, None, :]) / n_arr[None, None, :]
+
+    return Design("random", sizes_t, weights, True, {"kind": "random"})
+
+
+def fixed_design(
+    positions_by_size: Sequence[np.ndarray],
+    n_bench: int,
+    label: str,
+    weights_by_size: Sequence[np.ndarray] | None = None,
+) -> Design:
+    """Fixed item subsets (positions into the benchmark), one per size."""
+    sizes = tuple(len(p) for p in positions_by_size)
+    mat = np.zeros((n_bench, len(sizes)))
+    for d, pos in enumerate(positions_by_size):
+        w = (
+            np.full(len(pos), 1.0 / len(pos))
+            if weights_by_size is None
+            else np.asarray(weights_by_size[d], dtype=np.float64)
+        )
+        mat[np.asarray(pos, dtype=np.int64), d] = w / w.sum()
+
+    return Design(label, sizes, lambda rows: mat, False, {"kind": "fixed"})
+
+
+def replicated_design(
+    label: str, sizes: Sequence[int], mats: np.ndarray, info: dict[str, Any]
+) -> Design:
+    """Designs re-drawn ``R`` times: ``mats`` is ``(R, N, n_sizes)``; draw ``s`` uses ``s mod R``."""
+    n_rep = mats.shape[0]
+    if n_rep == 1:
+        return Design(label, tuple(sizes), lambda rows: mats[0], False, info)
+    return Design(label, tuple(sizes), lambda rows: mats[np.asarray(rows) % n_rep], True, info)
+
+
+def _entropy(seed: Any) -> int:
+    if isinstance(seed, np.random.Generator):
+        return int(seed.integers(2**63))
+    return 0 if seed is None else int(seed)
+
+
+def _check_sizes(sizes: Sequence[int], n_bench: int) -> tuple[int, ...]:
+    out = []
+    for n in sizes:
+        v = check_positive_int(n, "sizes")
+        if v > n_bench:
+            raise UserInputError(
+                f"sizes: {v} items is larger than the benchmark ({n_bench} items); "
+                f"choose sizes up to {n_bench}"
+            )
+        out.append(v)
+    if len(set(out)) != len(out):
+        raise UserInputError(f"sizes: duplicate values in {preview(out)}")
+    return tuple(out)
+
+
+# ------------------------------------------------------------ core numerics
+def _quadrature() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    theta = np.linspace(-THETA_LIMIT, THETA_LIMIT, N_THETA)
+    xa, wa = hermegauss(N_ABILITY_NODES)
+    wa = wa / wa.sum()
+    keep = wa > 1e-6  # outer nodes carry no mass: dropping them changes nothing measurable
+    xk, wk = hermegauss(N_GAP_NODES)
+    return theta, xa[keep], wa[keep] / wa[keep].sum(), xk, wk / wk.sum()
+
+
+def _moments(
+    draws: ItemDraws, rows: np.ndarray, thetas: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """Per-llm sums at each ability in ``thetas`` for the draws ``rows``.
+
+    Returns PN (s, T): expected full accuracy; QN (s, T): its variance;
+    PS, QS, CS (s, T, D): expected design estimate, its variance and its
+    covariance with the full accuracy.
+    """
+    sub = ItemDraws(
+        draws.items,
+        draws.subtask,
+        draws.discrimination[rows],
+        draws.difficulty[rows],
+        draws.guessing[rows],
+        draws.chain[rows],
+        draws.draw[rows],
+    )
+    n_s, n_b = len(rows), draws.n_items
+    p = sub.prob(np.broadcast_to(thetas, (n_s, len(thetas))))  # (s, T, N)
+    q = p * (1.0 - p)
+    pn = p.mean(axis=2)
+    qn = q.sum(axis=2) / n_b**2
+    if weights.ndim == 2:  # one design for every draw: plain 2-D products
+        flat_p, flat_q = p.reshape(-1, n_b), q.reshape(-1, n_b)
+        shape = (n_s, len(thetas), weights.shape[1])
+        ps = (flat_p @ weights).reshape(shape)
+        qs = (flat_q @ (weights * weights)).reshape(shape)
+        cs = (flat_q @ weights).reshape(shape) / n_b
+    else:
+        ps = np.matmul(p, weights)
+        qs = np.matmul(q, weights * weights)
+        cs = np.matmul(q, weights) / n_b
+    return pn, qn, ps, qs, cs
+
+
+def _curves_chunk(
+    draws: ItemDraws,
+    rows: np.ndarray,
+    weights: np.ndarray,
+    gaps: np.ndarray,
+    half_step: np.ndarray,
+) -> np.ndarray:
+    """P(correct | gap) for the draws ``rows``: (s, D, G). Vectorized over all axes."""
+    theta, xa, wa, xk, wk = _quadrature()
+    n_t = len(theta)
+    pn, qn, ps, qs, cs = _moments(draws, rows, np.concatenate([theta, xa]), weights)
+    pn_g, pn_a = pn[:, :n_t], pn[:, n_t:]  # (s, T), (s, A)
+    qn_g, qn_a = qn[:, :n_t], qn[:, n_t:]
+    n_s = len(rows)
+    delta = gaps / 100.0
+
+    # expected-gap nodes around each realized gap, and the other llm's expected accuracy
+    sig0 = np.sqrt(2.0 * qn_a)  # (s, A): sd of the full difference for an equal pair
+    e = delta[None, None, :, None] + sig0[:, :, None, None] * xk[None, None, None, :]
+    target = pn_a[:, :, None, None] - e  # (s, A, G, K)
+
+    # invert each draw's monotone expected-accuracy curve in one searchsorted call
+    offset = 2.0 * np.arange(n_s)[:, None]
+    z = (pn_g + offset).ravel()
+    t_off = target + offset[:, :, None, None]
+    flat = np.searchsorted(z, t_off, side="right") - 1
+    seg = np.arange(n_s)[:, None, None, None]
+    local = flat - seg * n_t
+    valid = (local >= 0) & (local < n_t - 1) & (target >= pn_g[:, :1, None, None])
+    local = np.clip(local, 0, n_t - 2)
+    flat = seg * n_t + local
+    lo, hi = z[flat], z[flat + 1]
+    d_pn = np.maximum(hi - lo, 1e-300)
+    frac = np.clip((t_off - lo) / d_pn, 0.0, 1.0)
+    step = theta[1] - theta[0]
+    theta_b = theta[local] + frac * step
+    jac = step / d_pn  # d theta_b / d e
+
+    qn_flat = qn_g.ravel()
+    qn_b = qn_flat[flat] * (1.0 - frac) + qn_flat[flat + 1] * frac
+    sig_m2 = qn_a[:, :, None, None] + qn_b
+    ratio2 = sig0[:, :, None, None] ** 2 / sig_m2
+    weight = (
+        wa[None, :, None, None]
+        * wk[None, None, None, :]
+        * np.exp(-0.5 * theta_b**2)
+        * jac
+        * np.sqrt(ratio2)
+        * np.exp(-0.5 * xk[None, None, None, :] ** 2 * (ratio2 - 1.0))
+        * valid
+    )  # (s, A, G, K)
+
+    # the design sums at the other llm's ability: one gather for all three, in float32
+    n_d = ps.shape[2]
+    stacked = np.concatenate([ps[:, :n_t], qs[:, :n_t], cs[:, :n_t]], axis=2)
+    stacked = stacked.reshape(n_s * n_t, 3 * n_d).astype(np.float32)
+    f32 = frac.astype(np.float32)[..., None]
+    at_b = stacked[flat] * (1.0 - f32) + stacked[flat + 1] * f32  # (s, A, G, K, 3D)
+    ps_b, qs_b, cs_b = at_b[..., :n_d], at_b[..., n_d : 2 * n_d], at_b[..., 2 * n_d :]
+    own = np.concatenate([ps[:, n_t:], qs[:, n_t:], cs[:, n_t:]], axis=2).astype(np.float32)
+    own = own[:, :, None, None, :]  # (s, A, 1, 1, 3D)
+    mu_k = own[..., :n_d] - ps_b
+    var_k = own[..., n_d : 2 * n_d] + qs_b
+    cov = own[..., 2 * n_d :] + cs_b
+    inv_m2 = (1.0 / sig_m2).astype(np.float32)[..., None]
+    resid = (delta[None, None, :, None] - e).astype(np.float32)[..., None]
+    margin = mu_k + cov * inv_m2 * resid - half_step.astype(np.float32)
+    cond_var = var_k - cov * cov * inv_m2
+    np.maximum(cond_var, np.float32(1e-30), out=cond_var)
+    pc = ndtr(margin / np.sqrt(cond_var))  # a zero variance gives +-inf: P = 1 or 0
+    num = np.einsum("sagk,sagkd->sdg", weight.astype(np.float32), pc)
+    den = weight.sum(axis=(1, 3))[:, None, :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, np.nan)
+
+
+def _half_steps(design: Design) -> np.ndarray:
+    return 0.5 / np.asarray(design.sizes, dtype=np.float64)
+
+
+def _curves(
+    draws: ItemDraws, design: Design, gaps: np.ndarray, progress: Callable[[int], None] | None
+) -> np.ndarray:
+    """P(correct | gap) for every draw and size: (S, D, G), monotone in the gap."""
+    out = np.empty((draws.n_draws, len(design.sizes), len(gaps)))
+    half = _half_steps(design)
+    for start in range(0, draws.n_draws, _CHUNK):  # memory bound; each chunk is vectorized
+        rows = np.arange(start, min(draws.n_draws, start + _CHUNK))
+        out[rows] = _curves_chunk(draws, rows, design.weights(rows), gaps, half)
+        if progress is not None:
+            progress(len(rows))
+    out = np.nan_to_num(out, nan=0.0)
+    return np.maximum.accumulate(out, axis=2)
+
+
+def _reference_curves_loop(draws: ItemDraws, design: Design, gaps: np.ndarray) -> np.ndarray:
+    """The same curves as :func:`_curves`, written as a plain loop over draws, sizes and gaps.
+
+    Uses ``np.interp`` for the inverse map; kept as the reference for tests and
+    for ``benchmarks/bench_design.py``.
+    """
+    from scipy.stats import norm
+
+    theta, xa, wa, xk, wk = _quadrature()
+    out = np.empty((draws.n_draws, len(design.sizes), len(gaps)))
+    for s in range(draws.n_draws):
+        w_all = design.weights(np.array([s]))
+        w_all = w_all[0] if w_all.ndim == 3 else w_all
+        a, b, c = draws.discrimination[s], draws.difficulty[s], draws.guessing[s]
+
+        def prob(t: float, a: np.ndarray = a, b: np.ndarray = b, c: np.ndarray = c) -> np.ndarray:
+            return c + (1 - c) / (1 + np.exp(-a * (t - b)))
+
+        p_grid = np.array([prob(t) for t in theta])
+        q_grid = p_grid * (1 - p_grid)
+        pn_grid = p_grid.mean(axis=1)
+        n_b = len(a)
+        qn_grid = q_grid.sum(axis=1) / n_b**2
+        for d in range(len(design.sizes)):
+            w = w_all[:, d]
+            h = 0.5 / design.sizes[d]
+            ps_grid, qs_grid, cs_grid = p_grid @ w, q_grid @ (w * w), q_grid @ w / n_b
+            for g, gap in enumerate(gaps):
+                delta = gap / 100.0
+                num = den = 0.0
+                for ia, ta in enumerate(xa):
+                    pa = prob(ta)
+                    qa = pa * (1 - pa)
+                    pn_a, qn_a = pa.mean(), qa.sum() / n_b**2
+                    sig0 = np.sqrt(2 * qn_a)
+                    for ik, x in enumerate(xk):
+                        e = delta + sig0 * x
+                        tgt = pn_a - e
+                        if tgt < pn_grid[0] or tgt >= pn_grid[-1]:
+                            continue
+                        tb = float(np.interp(tgt, pn_grid, theta))
+                        j = min(
+                            int(np.searchsorted(pn_grid, tgt, side="right") - 1), len(theta) - 2
+                        )
+                        jac = (theta[1] - theta[0]) / (pn_grid[j + 1] - pn_grid[j])
+                        sig_m2 = qn_a + np.interp(tb, theta, qn_grid)
+                        r2 = sig0**2 / sig_m2
+                        wt = (
+                            wa[ia]
+                            * wk[ik]
+                            * np.exp(-0.5 * tb**2)
+                            * jac
+                            * np.sqrt(r2)
+                            * np.exp(-0.5 * x**2 * (r2 - 1))
+                        )
+                        mu = w @ pa - np.interp(tb, theta, ps_grid)
+                        var = (w * w) @ qa + np.interp(tb, theta, qs_grid)
+                        cov = (w @ qa) / n_b + np.interp(tb, theta, cs_grid)
+                        m = mu + cov / sig_m2 * (delta - e) - h
+                        v = max(var - cov**2 / sig_m2, 0.0)
+                        pc = float(norm.cdf(m / np.sqrt(v))) if v > 1e-24 else float(m > 0)
+                        num += wt * pc
+                        den += wt
+                out[s, d, g] = num / den if den > 0 else 0.0
+    return np.maximum.accumulate(out, axis=2)
+
+
+# ----------------------------------------------------------------- MDAD
+def mdad_from_curves(curves: np.ndarray, gaps: np.ndarray, threshold: float) -> np.ndarray:
+    """Smallest gap where each (monotone) curve reaches ``threshold``; ``inf`` if never.
+
+    ``curves`` has the gap on its last axis.
+    """
+    hit = curves >= threshold
+    first = np.argmax(hit, axis=-1)
+    return np.where(hit.any(axis=-1), np.asarray(gaps)[first], np.inf)
+
+
+def _quantiles(values: np.ndarray, ci: float, axis: int = 0) -> np.ndarray:
+    """Equal-tailed interval; works with ``inf`` entries (method 'lower'/'higher')."""
+    lo = np.quantile(values, (1 - ci) / 2, axis=axis, method="lower")
+    hi = np.quantile(values, (1 + ci) / 2, axis=axis, method="higher")
+    return np.stack([lo, hi], axis=-1)
+
+
+def design_curves(
+    posterior: Any,
+    design: Design | None = None,
+    *,
+    sizes: Sequence[int] | None = None,
+    subset: Sequence[str] | None = None,
+    selector: str | None = None,
+    items: Sequence[str] | None = None,
+    gaps: Sequence[float] | np.ndarray | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    ci_prob: float | None = None,
+    max_draws: int | None = DEFAULT_MAX_DRAWS,
+    source: Any = None,
+    n_source: int = 300,
+    n_replicates: int = 20,
+    random_seed: int | None = 0,
+    draws: ItemDraws | None = None,
+    progressbar: bool = False,
+) -> xr.Dataset:
+    """P(correct ranking | gap, design) curves with credible bands, and the Bayesian MDAD.
+
+    Parameters
+    ----------
+    posterior
+        An item posterior (see :func:`bayes_microbench.scoring.item_draws`).
+    design
+        A prebuilt :class:`Design`; otherwise give exactly one of ``subset``
+        (item ids: one fixed design of that size), ``selector`` (a registered
+        selector name, ``"random"`` included) with ``sizes``, or only ``sizes``
+        (random).
+    sizes
+        Subset sizes (default 10, 25, 50, 100, 200).
+    items
+        The full benchmark (default: every item of the posterior).
+    gaps
+        Gap grid in points (default 0-30 by 0.5).
+    threshold
+        P(correct) that defines MDAD, in (0.5, 1).
+    ci_prob
+        Probability of the credible band and interval (default 0.9).
+    max_draws
+        Posterior draws used.
+    source
+        Real source responses for selectors (a :class:`~bayes_microbench.Responses`
+        covering the benchmark items); default: a posterior-predictive population.
+    n_source, n_replicates
+        Size of the simulated source population and number of selector re-runs.
+    random_seed
+        Seed; the same seed gives identical outputs.
+    draws
+        Precomputed item draws (skips extraction).
+    progressbar
+        Show a progress bar over draws.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``p_correct`` (chain, draw, n_items, gap); ``p_correct_mean`` (n_items,
+        gap); ``p_correct_band`` (n_items, gap, ci_bound); ``mdad`` (n_items;
+        from the mean curve), ``mdad_interval`` (n_items, ci_bound), ``mdad_draws``
+        (chain, draw, n_items), ``reached`` (n_items). Gaps and MDAD in points.
+    """
+    ci = DEFAULT_CI_PROB if ci_prob is None else check_probability(ci_prob, "ci_prob")
+    thr = check_probability(threshold, "threshold", open_low=0.5)
+    gap_grid = DEFAULT_GAPS if gaps is None else np.asarray(gaps, dtype=np.float64)
+    if gap_grid.ndim != 1 or len(gap_grid) == 0 or (np.diff(gap_grid) <= 0).any():
+        raise UserInputError("gaps must be an increasing list of points")
+    if (gap_grid < 0).any() or (gap_grid > 100).any():
+        raise UserInputError("gaps must lie in [0, 100] points")
+    if draws is None:
+        draws = item_draws(posterior, max_draws=max_draws)
+    if items is not None:
+        draws = draws.subset(draws.index_of(list(items), where="benchmark items"))
+    if design is None:
+        design = build_design(
+            draws,
+            sizes=sizes,
+            subset=subset,
+            selector=selector,
+            source=source,
+            n_source=n_source,
+            n_replicates=n_replicates,
+            random_seed=random_seed,
+        )
+    bar = None
+    if progressbar:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=draws.n_draws, desc=f"design {design.label}", unit="draw")
+    try:
+        curves = _curves(draws, design, gap_grid, bar.update if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    return _summarize(curves, draws, design, gap_grid, thr, ci)
+
+
+def _summarize(
+    curves: np.ndarray,
+    draws: ItemDraws,
+    design: Design,
+    gaps: np.ndarray,
+    thr: float,
+    ci: float,
+) -> xr.Dataset:
+    n_chain = len(np.unique(draws.chain))
+    n_per = draws.n_draws // n_chain
+    shape = (n_chain, n_per, len(design.sizes), len(gaps))
+    mean_curve = curves.mean(axis=0)
+    per_draw = mdad_from_curves(curves, gaps, thr)
+    point = mdad_from_curves(mean_curve, gaps, thr)
+    attrs = {"ci_kind": "eti", "ci_prob": ci}
+    return xr.Dataset(
+        {
+            "p_correct": (("chain", "draw", "n_items", "gap"), curves.reshape(shape)),
+            "p_correct_mean": (("n_items", "gap"), mean_curve),
+            "p_correct_band": (
+                ("n_items", "gap", "ci_bound"),
+                _quantiles(curves, ci),
+                attrs,
+            ),
+            "mdad": ("n_items", point),
+            "mdad_interval": (("n_items", "ci_bound"), _quantiles(per_draw, ci), attrs),
+            "mdad_draws": (("chain", "draw", "n_items"), per_draw.reshape(shape[:3])),
+            "reached": ("n_items", np.isfinite(point)),
+        },
+        coords={
+            "chain": draws.chain.reshape(n_chain, n_per)[:, 0],
+            "draw": draws.draw.reshape(n_chain, n_per)[0],
+            "n_items": list(design.sizes),
+            "gap": gaps,
+            "ci_bound": ["lower", "upper"],
+            "selector": design.label,
+        },
+        attrs={
+            "threshold": thr,
+            "ci_prob": ci,
+            "n_benchmark_items": draws.n_items,
+            "design": design.label,
+            "gap_units": "accuracy points (0-100)",
+            **{f"design_{k}": str(v) for k, v in design.info.items()},
+        },
+    )
+
+
+# ------------------------------------------------------------ building designs
+def build_design(
+    draws: ItemDraws,
+    *,
+    sizes: Sequence[int] | None = None,
+    subset: Sequence[str] | None = None,
+    selector: str | None = None,
+    source: Any = None,
+    n_source: int = 300,
+    n_replicates: int = 20,
+    random_seed: int | None = 0,
+) -> Design:
+    """The :class:`Design` for a random, fixed-subset or selector design (see :func:`design_curves`)."""
+    if subset is not None and selector is not None:
+        raise UserInputError("give either a subset or a selector, not both")
+    n_b = draws.n_items
+    if subset is not None:
+        ids = [str(i) for i in subset]
+        if not ids:
+            raise UserInputError("subset: the subset names no items")
+        if len(set(ids)) != len(ids):
+            raise UserInputError("subset: duplicate item ids in the subset")
+        pos = draws.index_of(ids, where="subset")
+        return fixed_design([pos], n_b, "subset")
+    size_list = _check_sizes(DEFAULT_SIZES if sizes is None else sizes, n_b)
+    if selector is None or selector == "random":
+        return random_design(size_list, n_b, draws.n_draws, random_seed)
+    return selector_design(
+        draws,
+        selector,
+        size_list,
+        source=source,
+        n_source=n_source,
+        n_replicates=n_replicates,
+        random_seed=random_seed,
+    )
+
+
+def simulate_source(
+    draws: ItemDraws, n_llms: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior-predictive responses of ``n_llms`` population llms under one random draw."""
+    s = int(rng.integers(draws.n_draws))
+    ability = rng.standard_normal(n_llms)
+    one = ItemDraws(
+        draws.items,
+        draws.subtask,
+        draws.discrimination[[s]],
+        draws.difficulty[[s]],
+        draws.guessing[[s]],
+        draws.chain[[s]],
+        draws.draw[[s]],
+    )
+    p = one.prob(ability[None, :])[0]
+    return (rng.random(p.shape) < p).astype(np.float64), ability
+
+
+def selector_design(
+    draws: ItemDraws,
+    name: str,
+    sizes: Sequence[int],
+    *,
+    source: Any = None,
+    n_source: int = 300,
+    n_replicates: int = 20,
+    random_seed: int | None = 0,
+) -> Design:
+    """Run a registered selector ``n_replicates`` times and collect its selections as designs."""
+    import pandas as pd
+
+    n_b = draws.n_items
+    sizes_t = _check_sizes(sizes, n_b)
+    check_positive_int(n_replicates, "n_replicates")
+    selector = _selector_instance(name, draws)
+    codes, _ = pd.factorize(draws.subtask)
+    real = None
+    if source is not None:
+        pos = pd.Index(source.items).get_indexer(pd.Index(draws.items))
+        if (pos < 0).any():
+            missing = draws.items[pos < 0].tolist()
+            raise UserInputError(
+                f"source responses lack {len(missing)} benchmark item(s) {preview(missing)}"
+            )
+        real = source.values[:, pos]
+    seeds = np.random.SeedSequence(_entropy(random_seed)).spawn(n_replicates)
+    mats = np.zeros((n_replicates, n_b, len(sizes_t)))
+    notes: dict[str, Any] = {"kind": "selector", "selector": name}
+    notes["source"] = "real responses" if real is not None else f"simulated population ({n_source})"
+    for r, ss in enumerate(seeds):  # one selector run per replicate, not per draw
+        rng = np.random.default_rng(ss)
+        src = real if real is not None else simulate_source(draws, n_source, rng)[0]
+        prepared = selector.prepare(src, codes, None, rng)
+        for d, n in enumerate(sizes_t):
+            sel = prepared.select(n, rng)
+            w = np.asarray(sel.weights, dtype=np.float64)
+            mats[r, np.asarray(sel.items, dtype=np.int64), d] = w / w.sum()
+    return replicated_design(name, sizes_t, mats, notes)
+
+
+def _selector_instance(name: str, draws: ItemDraws) -> Any:
+    from .selectors import get_selector
+
+    sel = get_selector(name)
+    with_posterior = getattr(sel, "with_item_draws", None)
+    if callable(with_posterior):  # Bayesian selectors reuse the design's posterior
+        return with_posterior(draws)
+    return sel
+
+
+# ----------------------------------------------------------------- planning
+def plan(
+    posterior: Any,
+    delta: float,
+    *,
+    prob: float = DEFAULT_THRESHOLD,
+    selector: str = "random",
+    table_gaps: Sequence[float] = (1.0, 2.0, 3.0, 5.0, 10.0),
+    items: Sequence[str] | None = None,
+    ci_prob: float | None = None,
+    max_draws: int | None = DEFAULT_MAX_DRAWS,
+    n_sizes: int = 40,
+    random_seed: int | None = 0,
+    draws: ItemDraws | None = None,
+) -> xr.Dataset:
+    """Smallest subset size that ranks a pair ``delta`` points apart correctly with ``prob``.
+
+    For each gap (``delta`` and ``table_gaps``) and each posterior draw, the
+    smallest size on a grid of sizes whose P(correct ranking) reaches
+    ``prob``; the point value uses the posterior-mean curve, the interval the
+    per-draw sizes. The size grid is geometric (``n_sizes`` sizes from 2 to N)
+    and then refined to every whole size around ``delta``'s answer.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``n_required`` (gap), ``n_required_interval`` (gap, ci_bound),
+        ``p_correct_at_n`` (gap): the mean-curve probability at that size;
+        ``reached`` (gap): False when even the full benchmark does not reach
+        ``prob`` (then the values are ``inf``).
+    """
+    ci = DEFAULT_CI_PROB if ci_prob is None else check_probability(ci_prob, "ci_prob")
+    p_thr = check_probability(prob, "prob", open_low=0.5)
+    d = float(delta)
+    if not 0 < d <= 100:
+        raise UserInputError(f"delta must be a gap in points in (0, 100], got {delta}")
+    if draws is None:
+        draws = item_draws(posterior, max_draws=max_draws)
+    if items is not None:
+        draws = draws.subset(draws.index_of(list(items), where="benchmark items"))
+    n_b = draws.n_items
+    gaps = np.unique(np.asarray([d, *[float(g) for g in table_gaps]], dtype=np.float64))
+    coarse = np.unique(np.round(np.geomspace(2, n_b, n_sizes)).astype(int))
+    coarse = np.unique(np.append(coarse, n_b))
+
+    def run(sizes: np.ndarray) -> np.ndarray:
+        design = _plan_design(draws, selector, sizes, random_seed)
+        return _curves(draws, design, gaps, None)  # (S, D, G)
+
+    curves = run(coarse)
+    sizes_all = coarse
+    # refine around delta's per-draw answers
+    k = int(np.nonzero(gaps == d)[0][0])
+    need = _smallest_size(curves[:, :, k], coarse, p_thr)
+    finite = need[np.isfinite(need)]
+    if finite.size:
+        lo_i = max(0, int(np.searchsorted(coarse, finite.min())) - 1)
+        hi_i = min(len(coarse) - 1, int(np.searchsorted(coarse, finite.max())))
+        fine = np.arange(coarse[lo_i], coarse[hi_i] + 1)
+        if len(fine) > 120:
+            fine = np.unique(np.round(np.linspace(coarse[lo_i], coarse[hi_i], 120)).astype(int))
+        extra = np.setdiff1d(fine, coarse)
+        if extra.size:
+            more = run(extra)
+            sizes_all = np.concatenate([coarse, extra])
+            order = np.argsort(sizes_all)
+            sizes_all = sizes_all[order]
+            curves = np.concatenate([curves, more], axis=1)[:, order]
+    mean = curves.mean(axis=0)  # (D, G)
+    n_point = _smallest_size(mean.T, sizes_all, p_thr)  # (G,)
+    per_draw = _smallest_size(curves.transpose(0, 2, 1), sizes_all, p_thr)  # (S, G)
+    pos = np.searchsorted(sizes_all, np.where(np.isfinite(n_point), n_point, sizes_all[-1]))
+    at_n = mean[pos, np.arange(len(gaps))]
+    attrs = {"ci_kind": "eti", "ci_prob": ci}
+    return xr.Dataset(
+        {
+            "n_required": ("gap", n_point),
+            "n_required_interval": (("gap", "ci_bound"), _quantiles(per_draw, ci), attrs),
+            "p_correct_at_n": ("gap", at_n),
+            "reached": ("gap", np.isfinite(n_point)),
+        },
+        coords={"gap": gaps, "ci_bound": ["lower", "upper"], "selector": selector},
+        attrs={
+            "prob": p_thr,
+            "delta": d,
+            "ci_prob": ci,
+            "n_benchmark_items": n_b,
+            "sizes_evaluated": len(sizes_all),
+        },
+    )
+
+
+def _smallest_size(curves: np.ndarray, sizes: np.ndarray, thr: float) -> np.ndarray:
+    """Smallest size (last axis of ``curves`` runs over ``sizes``) reaching ``thr``; inf if none."""
+    hit = curves >= thr
+    first = np.argmax(hit, axis=-1)
+    return np.where(hit.any(axis=-1), sizes[first].astype(np.float64), np.inf)
+
+
+def _plan_design(
+    draws: ItemDraws, selector: str, sizes: np.ndarray, random_seed: int | None
+) -> Design:
+    sizes_t = tuple(int(n) for n in sizes)
+    if selector == "random":
+        return random_design(sizes_t, draws.n_items, draws.n_draws, random_seed)
+    return selector_design(draws, selector, sizes_t, n_replicates=1, random_seed=random_seed)
