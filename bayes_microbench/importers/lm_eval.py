@@ -90,6 +90,7 @@ BOOKKEEPING = frozenset(
     }
 )
 
+_UNUSED = frozenset({"doc", "resps", "prompt_hash", "target_hash"})
 _TIMESTAMP = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
 SAMPLES_NAME = re.compile(rf"^samples_(?P<task>.+?)(?:_(?P<stamp>{_TIMESTAMP}))?\.jsonl$")
 RESULTS_NAME = re.compile(rf"^results_(?P<stamp>{_TIMESTAMP})\.json$")
@@ -128,7 +129,11 @@ def read_lm_eval(paths: Sequence[str | Path], options: ImportOptions | None = No
         match = SAMPLES_NAME.match(path.name)
         assert match is not None
         llm = _llm_name(path, match.group("stamp"), names)
-        records = list(iter_jsonl(path))
+        # keep what is read below; the documents and raw responses can be large
+        records = [
+            (line, {k: v for k, v in rec.items() if k not in _UNUSED})
+            for line, rec in iter_jsonl(path)
+        ]
         if not records:
             logger.warning("%s: empty samples file, skipped", path)
             continue
