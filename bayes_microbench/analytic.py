@@ -203,8 +203,9 @@ def analytic_mdad(
     the Monte Carlo 0/1 outcome; the expected share per gap bin is the mean of
     those probabilities, and MDAD follows the study's first-crossing rule
     (:func:`bayes_microbench.mdad.mdad_from_pairs`). The interval reflects only
-    which pairs were drawn (a bootstrap over pairs within each bin), not the
-    item sampling, which is integrated out exactly.
+    which pairs were drawn (a parametric bootstrap of each bin's mean: normal
+    with its standard error, pairs treated as independent, so it is narrow),
+    not the item sampling, which is integrated out exactly.
 
     Returns
     -------

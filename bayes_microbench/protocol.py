@@ -36,6 +36,10 @@ Departures from the study's script, both for paired, reproducible grids:
 
 Everything is vectorized with numpy over runs, targets and pairs; the only
 Python loops are over cells and runs (one selector call each).
+
+Where the random selector is in the grid and the data are complete, the grid
+adds ``random-analytic`` rows: the same runs' pairs with the item sampling
+integrated out exactly (:mod:`bayes_microbench.analytic`).
 """
 
 from __future__ import annotations
@@ -405,6 +409,10 @@ def analytic_rows(
 
     Uses the same runs (targets, splits) as the Monte Carlo cells; item
     sampling is integrated out exactly (:mod:`bayes_microbench.analytic`).
+    The interval reflects only which pairs were drawn (see
+    :func:`bayes_microbench.analytic.analytic_mdad`). The rows are the same
+    for every source count (random selection uses no source llms); the grid
+    writes them once per source count so that every cell has its row.
     Returns ``{n: [seen row, unseen row]}`` without ``n_source_llms``.
     """
     from .analytic import pair_counts, prob_first_ahead
