@@ -283,37 +283,88 @@ def kmedoids(
     eps = 1e-12 * scale
     is_medoid = np.zeros(n, dtype=bool)
     is_medoid[medoids] = True
+    if k == 1:
+        # one medoid: the loss of swapping in x is simply its total distance minus the current one
+        while True:
+            total = dist.sum(0)
+            total[medoids] = np.inf
+            x = int(np.argmin(total))
+            if not total[x] < dist[:, medoids[0]].sum() - eps:
+                return medoids
+            medoids[0] = x
 
-    def state() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        near, dn, ds = _nearest_two(dist[:, medoids])
-        removal = np.bincount(near, weights=np.where(np.isfinite(ds), ds - dn, 0.0), minlength=k)
-        return near, dn, ds, removal
+    # nearest / second-nearest medoid (positions) and distances of every item
+    dm = dist[:, medoids]
+    two = np.argsort(dm, axis=1, kind="stable")[:, :2]
+    near, sec = two[:, 0].copy(), two[:, 1].copy()
+    rows = np.arange(n)
+    dn, ds = dm[rows, near], dm[rows, sec]
 
-    near, dn, ds, removal = state()
+    def after_swap(i: int, x: int) -> None:
+        """Update nearest / second after medoid position ``i`` became item ``x``."""
+        dx = dist[:, x]
+        lost = (near == i) | (sec == i)
+        keep = ~lost
+        # items that did not use medoid i: x may become their first or second
+        first = keep & (dx < dn)
+        second = keep & ~first & (dx < ds)
+        sec[first], ds[first] = near[first], dn[first]
+        near[first], dn[first] = i, dx[first]
+        sec[second], ds[second] = i, dx[second]
+        # items that used medoid i: recompute from scratch
+        idx = np.flatnonzero(lost)
+        if idx.size:
+            sub = dist[idx][:, medoids]
+            t2 = np.argsort(sub, axis=1, kind="stable")[:, :2]
+            near[idx], sec[idx] = t2[:, 0], t2[:, 1]
+            r = np.arange(idx.size)
+            dn[idx], ds[idx] = sub[r, t2[:, 0]], sub[r, t2[:, 1]]
+
+    def grouping() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        removal = np.bincount(near, weights=ds - dn, minlength=k)
+        order = np.argsort(near, kind="stable")
+        present, starts = np.unique(near[order], return_index=True)
+        return removal, order, present, starts
+
+    removal, order, present, starts = grouping()
+    # Candidates are scored in blocks (one matrix operation per block); the
+    # first improving candidate of a block is swapped in and the scan resumes
+    # right after it, which is exactly the one-at-a-time eager scan.
+    block = 32
     since_swap = 0
-    x = 0
+    pos = 0
     for _ in range(max_passes * n):
         if since_swap >= n:
             break
-        if not is_medoid[x]:
-            dx = dist[:, x]
-            shared = float(np.minimum(dx - dn, 0.0).sum())
-            if k == 1:
-                delta = np.array([dx.sum() - dn.sum()])
-            else:
-                corr = np.where(dx < dn, dn - ds, np.where(dx < ds, dx - ds, 0.0))
-                delta = removal + np.bincount(near, weights=corr, minlength=k) + shared
-            i = int(np.argmin(delta))
-            if delta[i] < -eps:
-                is_medoid[medoids[i]] = False
-                medoids[i] = x
-                is_medoid[x] = True
-                near, dn, ds, removal = state()
-                since_swap = 0
-        since_swap += 1
-        x = (x + 1) % n
+        cand = (pos + np.arange(min(block, n - since_swap))) % n
+        d = dist[cand].T  # n x B (dist is symmetric)
+        shared = np.minimum(d - dn[:, None], 0.0).sum(0)
+        corr = np.where(
+            d < dn[:, None],
+            (dn - ds)[:, None],
+            np.where(d < ds[:, None], d - ds[:, None], 0.0),
+        )
+        grouped = np.zeros((k, cand.size))
+        grouped[present] = np.add.reduceat(corr[order], starts, axis=0)
+        delta = removal[:, None] + grouped + shared[None, :]
+        delta[:, is_medoid[cand]] = np.inf
+        hits = np.flatnonzero(delta.min(0) < -eps)
+        if hits.size == 0:
+            since_swap += cand.size
+            pos = int((pos + cand.size) % n)
+            continue
+        j = int(hits[0])
+        x = int(cand[j])
+        i = int(np.argmin(delta[:, j]))
+        is_medoid[medoids[i]] = False
+        medoids[i] = x
+        is_medoid[x] = True
+        after_swap(i, x)
+        removal, order, present, starts = grouping()
+        since_swap = 1
+        pos = (x + 1) % n
     else:
-        logger.warning("kmedoids: stopped after %d passes without converging", max_passes)
+        logger.warning("kmedoids: stopped after %d blocks without converging", max_passes * n)
     return medoids
 
 

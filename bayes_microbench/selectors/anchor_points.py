@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ._cluster import kmedoids, nan_correlation
+from ._cluster import kmedoids, nan_correlation, on_one_blas_thread
 from ._features import check_inputs, signal
 from .base import Seed, Selection, check_size, weighted_mean_estimate
 
@@ -40,6 +40,7 @@ class AnchorPointsSelector:
 
     name: str = "anchor-points"
 
+    @on_one_blas_thread
     def prepare(
         self,
         source: np.ndarray,
@@ -62,6 +63,7 @@ class PreparedAnchorPoints:
     distance: np.ndarray = field(repr=False)
     info: dict[str, Any] = field(default_factory=dict)
 
+    @on_one_blas_thread
     def select(self, n: int, random_seed: Seed = None) -> Selection:
         check_size(n, self.n_seen, self.name)
         rng = np.random.default_rng(random_seed)
@@ -75,5 +77,6 @@ class PreparedAnchorPoints:
             info=dict(self.info),
         )
 
+    @on_one_blas_thread
     def estimate(self, selection: Selection, target: np.ndarray) -> np.ndarray:
         return weighted_mean_estimate(selection, target)

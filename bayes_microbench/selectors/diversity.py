@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ._cluster import sample_projection_dpp
+from ._cluster import on_one_blas_thread, sample_projection_dpp
 from ._features import check_inputs, fill_missing, signal
 from .base import Seed, Selection, check_size, weighted_mean_estimate
 
@@ -69,6 +69,7 @@ class DiversitySelector:
 
     name: str = "diversity"
 
+    @on_one_blas_thread
     def prepare(
         self,
         source: np.ndarray,
@@ -109,6 +110,7 @@ class PreparedDiversity:
     inside: np.ndarray = field(repr=False)
     info: dict[str, Any] = field(default_factory=dict)
 
+    @on_one_blas_thread
     def select(self, n: int, random_seed: Seed = None) -> Selection:
         check_size(n, self.n_seen, self.name)
         n = int(n)
@@ -127,5 +129,6 @@ class PreparedDiversity:
             items = pool[sample_projection_dpp(q, rng)]
         return Selection(items=items.astype(np.int64), weights=np.full(n, 1.0 / n), info=info)
 
+    @on_one_blas_thread
     def estimate(self, selection: Selection, target: np.ndarray) -> np.ndarray:
         return weighted_mean_estimate(selection, target)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import UserInputError
-from ._cluster import kmeans_1d
+from ._cluster import kmeans_1d, on_one_blas_thread
 from ._features import check_inputs, item_means, signal
 from .base import Seed, Selection, check_size, weighted_mean_estimate
 
@@ -71,6 +71,7 @@ class StratifiedConfidenceSelector:
     name: str = "stratified-confidence"
     n_strata: int = N_STRATA
 
+    @on_one_blas_thread
     def prepare(
         self,
         source: np.ndarray,
@@ -102,6 +103,7 @@ class PreparedStratified:
     def sizes(self) -> np.ndarray:
         return np.array([m.size for m in self.members], dtype=np.int64)
 
+    @on_one_blas_thread
     def select(self, n: int, random_seed: Seed = None) -> Selection:
         check_size(n, self.n_seen, self.name)
         h = len(self.members)
@@ -128,6 +130,7 @@ class PreparedStratified:
             info={**self.info, "allocation": alloc.tolist()},
         )
 
+    @on_one_blas_thread
     def estimate(self, selection: Selection, target: np.ndarray) -> np.ndarray:
         """Horvitz-Thompson estimate (weights ``N_h / (N m_h)``; missing cells renormalised)."""
         return weighted_mean_estimate(selection, target)
