@@ -10,12 +10,13 @@ Exit codes: 0 success, 2 user error (one line on stderr), 1 internal error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from .exceptions import UserInputError
@@ -59,13 +60,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line_warnings(quiet: bool) -> None:
+@contextlib.contextmanager
+def _one_line_warnings(quiet: bool) -> Iterator[None]:
+    """Show warnings as one ``bayes-microbench: warning: ...`` line while a command runs."""
+
     def show(message, category, filename, lineno, file=None, line=None):
         if quiet and not issubclass(category, UserWarning):
             return
         print(f"{PROG}: warning: {message}", file=sys.stderr)
 
+    previous = warnings.showwarning
     warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -79,8 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             format=f"{PROG}: %(message)s",
             stream=sys.stderr,
         )
-        _one_line_warnings(quiet)
-        return int(args.func(args) or 0)
+        with _one_line_warnings(quiet):
+            return int(args.func(args) or 0)
     except UserInputError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
