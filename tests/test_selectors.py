@@ -352,6 +352,8 @@ def test_kmeans_1d_is_globally_optimal():
         v = rng.integers(0, 9, size=int(rng.integers(3, 12))).astype(float)
         k = int(rng.integers(1, 5))
         labels = kmeans_1d(v, k)
+        # the divide-and-conquer path (used for many distinct values) agrees
+        np.testing.assert_array_equal(kmeans_1d(v, k, dense_limit=0), labels)
 
         def sse(lab: np.ndarray, v: np.ndarray = v) -> float:
             return sum(

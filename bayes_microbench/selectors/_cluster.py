@@ -181,13 +181,14 @@ def _fill_empty(labels: np.ndarray, d: np.ndarray, k: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------ exact 1-D k-means
-def kmeans_1d(values: np.ndarray, k: int) -> np.ndarray:
+def kmeans_1d(values: np.ndarray, k: int, *, dense_limit: int = 1500) -> np.ndarray:
     """Globally optimal k-means of 1-D ``values``; returns labels ``0..k'-1``.
 
     Equal values always share a cluster; ``k' = min(k, number of distinct
     values)``. Labels increase with the value. Dynamic programming over the
-    sorted distinct values with divide-and-conquer optimisation (the optimal
-    split point is monotone), O(k m log m) for m distinct values.
+    sorted distinct values: one vectorised O(m^2) step per cluster for up to
+    ``dense_limit`` distinct values, else divide-and-conquer optimisation (the
+    optimal split point is monotone), O(k m log m).
     """
     v = np.asarray(values, dtype=np.float64)
     uniq, inverse, counts = np.unique(v, return_inverse=True, return_counts=True)
@@ -208,7 +209,21 @@ def kmeans_1d(values: np.ndarray, k: int) -> np.ndarray:
     prev = np.full(m + 1, inf)  # prev[i]: best cost of the first i values in `layer` clusters
     prev[1:] = cost(0, np.arange(1, m + 1))
     splits = np.zeros((k + 1, m + 1), dtype=np.int64)
+    dense = m <= dense_limit
+    seg_cost = np.empty((0, 0))
+    if dense:  # seg_cost[j, i]: cost of one cluster holding values j..i-1
+        jj, ii = np.meshgrid(np.arange(m + 1), np.arange(m + 1), indexing="ij")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            seg_cost = np.where(jj < ii, cost(jj, ii), inf)
     for layer in range(2, k + 1):
+        if dense:
+            table = prev[:, None] + seg_cost  # first j values in layer-1 clusters, then j..i-1
+            arg = table.argmin(0)
+            cur = table[arg, np.arange(m + 1)]
+            cur[:layer] = inf
+            splits[layer] = arg
+            prev = cur
+            continue
         cur = np.full(m + 1, inf)
         arg = np.zeros(m + 1, dtype=np.int64)
         # compute cur[i] for i in [layer, m], optimal j in [layer-1, i-1], monotone in i
