@@ -12,8 +12,9 @@ source-llm counts x 50 runs) per selector, from the median prepare + select
 time at each source-llm count, so one sees whether the IRT-based selector
 dominates it.
 
-The tinyBenchmarks fit cache is cleared before each timed ``prepare`` (in a
-real run the three tinyBenchmarks estimators share one fit).
+The tinyBenchmarks fit cache is cleared before each timed ``prepare`` (the
+three tinyBenchmarks estimators share one fit only when prepared on the same
+source matrix with the same int seed).
 
 Run: ``.venv/bin/python benchmarks/bench_selectors.py [--runs 10] [--grid-runs 3]``
 """
@@ -209,8 +210,8 @@ def main() -> None:
     lines += [
         "",
         f"Grid total over the study's seven selectors: {all_total:.0f} s "
-        "(shares are of this total; the p-IRT / gp-IRT variants reuse tinybenchmarks' fit "
-        "when run together and are not counted).",
+        "(shares are of this total; the p-IRT / gp-IRT variants are not in the study's grid "
+        "and are not counted).",
     ]
     body = "\n".join(lines)
     write_section("bench_selectors", "Selectors: time and estimation error on GPQA", body)

@@ -11,7 +11,8 @@ Taskar). We build the same kernel:
    ``d = min(4, n_items, n_source_llms)`` components;
 2. items outside the 1%-99% quantiles of any component are left out (the
    study's tail trimming), unless fewer than ``n`` items would remain, in
-   which case nothing is trimmed (``info["trimmed"]`` tells);
+   which case nothing is trimmed (``info["trimmed_items"]`` counts the
+   items left out);
 3. each component is rescaled to ``[-0.99, 0.99]`` (constant components
    dropped);
 4. the first ``n`` monomials ``prod_d x_d^{e_d}`` in graded order (by the
@@ -117,7 +118,7 @@ class PreparedDiversity:
         rng = np.random.default_rng(random_seed)
         trimmed = self.inside.size >= n
         pool = self.inside if trimmed else np.arange(self.n_seen)
-        info = {**self.info, "trimmed": bool(trimmed and pool.size < self.n_seen)}
+        info = {**self.info, "trimmed_items": int(self.n_seen - pool.size)}
         x = _rescale(self.embedding[pool])
         if x.shape[1] == 0:
             items = rng.choice(pool, size=n, replace=False)
