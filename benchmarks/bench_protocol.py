@@ -136,10 +136,16 @@ def reference_cell(
 
 
 # --------------------------------------------------------------------------- harness
-def timed(cmd: list[str]) -> float:
+def timed(cmd: list[str], cpu: list[float] | None = None) -> float:
+    """Wall seconds of a subprocess; its CPU seconds (user + sys) appended to ``cpu``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return wall
 
 
 def ours_cmd(out: Path, size: int, selectors: str = "random") -> list[str]:
@@ -222,14 +228,19 @@ def run_grid(out: Path, budget_s: float) -> dict:
 def phase_cell(work: Path, size: int, repeats: int) -> dict:
     """Whole-process and in-process timings of one cell, ours vs the reference."""
     ref_times, our_times = [], []
+    ref_cpu: list[float] = []
+    our_cpu: list[float] = []
     for k in range(repeats):
         ref_json = work / f"reference_{k}.json"
         ref_times.append(
-            timed([sys.executable, __file__, "--reference", str(ref_json), "--size", str(size)])
+            timed(
+                [sys.executable, __file__, "--reference", str(ref_json), "--size", str(size)],
+                ref_cpu,
+            )
         )
         cell_dir = work / f"ours_{k}"
         shutil.rmtree(cell_dir, ignore_errors=True)
-        our_times.append(timed(ours_cmd(cell_dir, size)))
+        our_times.append(timed(ours_cmd(cell_dir, size), our_cpu))
     t_imp = [
         timed(
             [
@@ -269,6 +280,8 @@ def phase_cell(work: Path, size: int, repeats: int) -> dict:
         "size": size,
         "ref_times": ref_times,
         "our_times": our_times,
+        "ref_cpu": ref_cpu,
+        "our_cpu": our_cpu,
         "import_times": t_imp,
         "ref_cpu_in_process": ref_in,
         "our_cpu_in_process": our_in,
@@ -303,6 +316,15 @@ def render(cell: dict | None, grid: dict | None, budget_s: float) -> str:
             "|---|---|---|---|",
             f"| whole process, wall s (median of {len(cell['ref_times'])}) | {ref_med:.2f} | "
             f"{our_med:.2f} | **{ref_med / our_med:.1f}x** |",
+            *(
+                [
+                    f"| whole process, CPU s user+sys (median) | {med(cell['ref_cpu']):.2f} | "
+                    f"{med(cell['our_cpu']):.2f} | "
+                    f"**{med(cell['ref_cpu']) / med(cell['our_cpu']):.1f}x** |"
+                ]
+                if cell.get("ref_cpu")
+                else []
+            ),
             f"| in-process CPU s, after imports and data loading (median) | "
             f"{med(cell['ref_cpu_in_process']):.2f} | {med(cell['our_cpu_in_process']):.3f} | "
             f"**{med(cell['ref_cpu_in_process']) / med(cell['our_cpu_in_process']):.0f}x** |",

@@ -237,3 +237,24 @@ def test_cli_json_and_exit_2(resp_file, tmp_path, capsys):
         assert main([*args, *extra, "--output", str(tmp_path / "j")]) == 2, extra
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_gpqa_random_overlaps_the_study(tmp_path):
+    """Acceptance: our random-selection MDAD intervals overlap the study's at every size."""
+    from bayes_microbench import load_responses
+
+    from .conftest import shared_path
+
+    gpqa = load_responses(shared_path("open-llm-leaderboard-v2/gpqa.csv"))
+    cfg = GridConfig(
+        selectors=("random",), sizes=(10, 25, 50, 100, 200), source_llms=(300,), runs=50, seed=0
+    )
+    report = evaluate_grid(gpqa, cfg, tmp_path / "gpqa")
+    assert report.mdad is not None
+    seen = report.mdad[(report.mdad["split"] == "seen") & (report.mdad["selector"] == "random")]
+    study = {10: (18.0, 33.0), 25: (10.5, 13.5), 50: (6.5, 8.5), 100: (3.5, 4.5), 200: (1.0, 2.0)}
+    for _, row in seen.iterrows():
+        lo, hi = study[int(row["n_items"])]
+        assert row["reached"] and row["mdad_lower"] <= hi and lo <= row["mdad_upper"], row
