@@ -255,7 +255,7 @@ def isotonic_increasing(y: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _logistic_fit(
-    x: np.ndarray, k: np.ndarray, s: np.ndarray, iters: int = 50
+    x: np.ndarray, k: np.ndarray, s: np.ndarray, iters: int = 30
 ) -> tuple[np.ndarray, np.ndarray]:
     """Binomial logistic regression ``logit p = b0 + b1 x`` by Newton's method.
 
@@ -264,7 +264,9 @@ def _logistic_fit(
     Returns ``(b0, b1)`` of shape ``(...)``.
     """
     s = np.asarray(s, dtype=np.float64)
-    b0 = np.zeros(s.shape[:-1])
+    # start from the pooled share (intercept only): few Newton steps from there
+    pooled = np.clip(s.sum(-1) / k.sum(), 1e-6, 1 - 1e-6)
+    b0 = np.log(pooled / (1.0 - pooled))
     b1 = np.zeros(s.shape[:-1])
     for _ in range(iters):
         eta = b0[..., None] + b1[..., None] * x

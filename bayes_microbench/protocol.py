@@ -281,7 +281,9 @@ def summarize_cell(
     ta, tb = targets[:, i], targets[:, j]
     pairs = pd.DataFrame(
         {
-            "selector": pd.Categorical([selector] * seen_ok.size),
+            "selector": pd.Categorical.from_codes(
+                np.zeros(seen_ok.size, dtype=np.int8), categories=[selector]
+            ),
             "n_items": np.full(seen_ok.size, n_items, dtype=np.int32),
             "n_source_llms": np.full(seen_ok.size, n_source_llms, dtype=np.int32),
             "run": np.repeat(np.arange(n_runs, dtype=np.int32), len(i)),
