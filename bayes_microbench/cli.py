@@ -28,6 +28,7 @@ PROG = "bayes-microbench"
 COMMAND_MODULES: tuple[str, ...] = (
     "demo",
     "info",
+    "fit",
     "evaluate",
     "import_",
     "report",

@@ -1,0 +1,139 @@
+"""``bayes-microbench fit``: fit a hierarchical IRT model and save its posterior.
+
+A NUTS fit that misses a convergence threshold (R-hat <= 1.01, bulk and tail
+ESS >= 400, no divergences, BFMI >= 0.3) prints one line naming what failed and
+exits 3 without writing ``--output``, so that no later step picks up an
+unconverged posterior; ``--allow-unconverged`` writes it anyway (its
+diagnostics are stored in the file) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+from ._common import add_output_flags, add_responses, add_seed, print_json
+
+EXIT_UNCONVERGED = 3
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fit",
+        help="fit a hierarchical 1PL/2PL/3PL IRT model and save the posterior",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_responses(p)
+    p.add_argument("--model", choices=["1pl", "2pl", "3pl"], default="2pl", help="default 2pl")
+    p.add_argument(
+        "--method",
+        choices=["nuts", "advi", "pathfinder", "map", "laplace"],
+        default="nuts",
+        help="nuts (default) or a fast approximation",
+    )
+    p.add_argument("--chains", type=int, default=2, help="NUTS chains (default 2)")
+    p.add_argument("--draws", type=int, default=1000, help="draws per chain (default 1000)")
+    p.add_argument("--tune", type=int, default=1000, help="NUTS tuning steps (default 1000)")
+    p.add_argument(
+        "--backend", choices=["numpyro", "nutpie"], default="numpyro", help="NUTS back end"
+    )
+    p.add_argument(
+        "--n-options",
+        type=int,
+        default=None,
+        help="3PL: K answer options for every item (guessing fixed at 1/K)",
+    )
+    add_seed(p)
+    p.add_argument("--output", required=True, metavar="PATH", help="posterior file (.nc)")
+    p.add_argument(
+        "--items-only",
+        action="store_true",
+        help="save only item and subtask parameters (small artifact, no abilities)",
+    )
+    p.add_argument("--thin", type=int, default=1, help="keep every N-th draw (default 1)")
+    p.add_argument(
+        "--allow-unconverged",
+        action="store_true",
+        help="write the posterior and exit 0 even if convergence checks fail",
+    )
+    p.add_argument("--progress", action="store_true", help="show the sampler's progress bar")
+    add_output_flags(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..exceptions import ConvergenceWarning, UserInputError
+    from ..io import load_responses
+    from ..irt import IRTModel
+
+    out = Path(args.output)
+    if out.suffix.lower() not in (".nc", ".netcdf", ".h5"):
+        raise UserInputError(f"--output {out}: the posterior is NetCDF; use a .nc file name")
+    if args.thin < 1:
+        raise UserInputError(f"--thin must be at least 1, got {args.thin}")
+    resp = load_responses(args.responses, args.items)
+    config = {"n_options": args.n_options} if args.n_options is not None else None
+    model = IRTModel(resp, args.model, config=config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # reported below, once
+        model.fit(
+            args.method,
+            chains=args.chains,
+            draws=args.draws,
+            tune=args.tune,
+            random_seed=args.seed,
+            progressbar=args.progress and not args.quiet,
+            backend=args.backend,
+        )
+    diag = model.diagnostics
+    converged = diag is None or diag.ok
+    written = converged or args.allow_unconverged
+    if written:
+        model.save(out, items_only=args.items_only, thin=args.thin)
+    result = {
+        "model": args.model,
+        "method": args.method,
+        "n_llms": model.data.n_llms,
+        "n_items": model.data.n_items,
+        "wall_seconds": round(float(model.wall_seconds or 0.0), 3),
+        "converged": converged if diag is not None else None,
+        "max_rhat": diag.max_rhat if diag else None,
+        "min_ess_bulk": diag.min_ess_bulk if diag else None,
+        "min_ess_tail": diag.min_ess_tail if diag else None,
+        "divergences": diag.divergences if diag else None,
+        "min_bfmi": diag.min_bfmi if diag else None,
+        "problems": diag.problems if diag else [],
+        "output": str(out) if written else None,
+        "notes": model.data.notes,
+        "fit_info": model.fit_info,
+    }
+    if args.json:
+        print_json(result)
+    elif not args.quiet:
+        print(
+            f"{args.model} {args.method} fit of {model.data.n_llms} llms x {model.data.n_items} items in {result['wall_seconds']:.1f} s"
+        )
+        if diag is not None:
+            print(
+                f"  max R-hat {diag.max_rhat:.4f}, min bulk ESS {diag.min_ess_bulk:.0f}, "
+                f"min tail ESS {diag.min_ess_tail:.0f}, divergences {diag.divergences}"
+            )
+        if written:
+            print(f"  posterior written to {out}")
+    if not converged:
+        action = (
+            f"written anyway to {out} (--allow-unconverged)"
+            if written
+            else "not written; rerun with more --tune/--draws, or pass --allow-unconverged"
+        )
+        print(
+            f"bayes-microbench: {'warning' if written else 'error'}: the fit did not converge "
+            f"({diag.reason() if diag else ''}); posterior {action}",
+            file=sys.stderr,
+        )
+        return 0 if written else EXIT_UNCONVERGED
+    return 0

@@ -1,0 +1,193 @@
+"""Rebuild the fitted posterior artifacts in ``models/`` and their model cards.
+
+Run from the repository root::
+
+    .venv/bin/python -m bayes_microbench.irt.build_models            # every artifact
+    .venv/bin/python -m bayes_microbench.irt.build_models gpqa-2pl   # one
+
+Each artifact is an items-only, thinned NetCDF posterior (item and subtask
+parameters, no abilities) loadable with
+:func:`bayes_microbench.irt.load_posterior`, plus a Markdown model card with the
+data, model, sampler settings, diagnostics, posterior predictive summary and
+timing. The data come from ``../shared/data`` (never copied into the repo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT.parent / "shared" / "data"
+MODELS = ROOT / "models"
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ArtifactSpec:
+    name: str
+    data: str  # relative to ../shared/data
+    model: str
+    chains: int = 2
+    draws: int = 1000
+    tune: int = 1000
+    thin: int = 5
+    seed: int = 0
+    n_options: int | None = None
+    description: str = ""
+
+
+ARTIFACTS: dict[str, ArtifactSpec] = {
+    "gpqa-2pl": ArtifactSpec(
+        name="gpqa-2pl",
+        data="open-llm-leaderboard-v2/gpqa.csv",
+        model="2pl",
+        description=(
+            "GPQA (main, 448 items, 4-option multiple choice) from the Open LLM "
+            "Leaderboard v2: 420 llms, complete matrix, one subtask"
+        ),
+    ),
+}
+
+
+def build(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
+    """Fit ``spec``, write ``<name>.nc`` and ``<name>.md`` into ``out_dir``; return the card data."""
+    from .. import __version__
+    from ..exceptions import ConvergenceWarning, ResponsesError
+    from ..io import load_responses, write_atomic
+    from .checks import posterior_predictive_check
+    from .model import IRTModel
+
+    path = DATA / spec.data
+    if not path.exists():
+        raise ResponsesError(f"{path}: not present; the artifacts are built from ../shared/data")
+    resp = load_responses(path)
+    config = {"n_options": spec.n_options} if spec.n_options else None
+    cpu0 = time.process_time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ConvergenceWarning)
+        fit = IRTModel(resp, spec.model, config=config).fit(
+            "nuts", chains=spec.chains, draws=spec.draws, tune=spec.tune, random_seed=spec.seed
+        )
+    cpu = time.process_time() - cpu0
+    ppc = posterior_predictive_check(fit, max_draws=400, random_seed=spec.seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nc = out_dir / f"{spec.name}.nc"
+    fit.save(nc, items_only=True, thin=spec.thin)
+    diag = fit.diagnostics
+    assert diag is not None
+    post = fit.posterior
+    card = {
+        "name": spec.name,
+        "data": f"../shared/data/{spec.data}",
+        "description": spec.description,
+        "n_llms": fit.data.n_llms,
+        "n_items": fit.data.n_items,
+        "subtasks": [str(s) for s in fit.data.subtasks],
+        "model": spec.model,
+        "config": fit.config.to_dict(),
+        "config_hash": fit.config.hash(),
+        "sampler": fit.sampler.to_dict() if fit.sampler else {},
+        "diagnostics": diag.to_dict(),
+        "ppc": ppc.summary,
+        "wall_seconds": round(float(fit.wall_seconds or 0.0), 1),
+        "cpu_seconds": round(cpu, 1),
+        "load_average_1min": round(os.getloadavg()[0], 1),
+        "file_bytes": nc.stat().st_size,
+        "thin": spec.thin,
+        "saved_draws": int(post.sizes["chain"] * -(-post.sizes["draw"] // spec.thin)),
+        "package_version": __version__,
+        "python": platform.python_version(),
+        "notes": fit.data.notes,
+        "discrimination_median": float(post["discrimination"].median()),
+        "ability_sd_posterior_mean": float(post["ability"].mean(("chain", "draw")).std()),
+    }
+    text = _card_markdown(card)
+    write_atomic(out_dir / f"{spec.name}.md", lambda tmp: tmp.write_text(text))
+    return card
+
+
+def _card_markdown(c: dict[str, Any]) -> str:
+    d = c["diagnostics"]
+    p = c["ppc"]
+    s = c["sampler"]
+    status = "converged" if d["ok"] else "NOT converged: " + "; ".join(d["problems"])
+    notes = "\n".join(f"- {k.replace('_', ' ')}: {', '.join(v)}" for k, v in c["notes"].items())
+    return f"""# Model card: `{c["name"]}`
+
+Rebuild: `.venv/bin/python -m bayes_microbench.irt.build_models {c["name"]}` (from the repository root).
+Load: `from bayes_microbench.irt import load_posterior; art = load_posterior("models/{c["name"]}.nc")`.
+
+## Data
+{c["description"]}. File `{c["data"]}`: {c["n_llms"]} llms x {c["n_items"]} items,
+subtask(s): {", ".join(c["subtasks"])}.
+
+Degenerate items/llms (all observed responses correct or wrong; their
+parameters rest on the priors, finite but wide):
+{notes or "- none"}
+
+## Model
+Hierarchical {c["model"].upper()} (`IRTConfig`, hash `{c["config_hash"]}`):
+`logit P(correct) = discrimination * (ability - difficulty)`, ability ~ Normal(0, 1)
+(the llm population, fixed location and scale), log-discrimination and intercept
+partially pooled by subtask. Configuration: `{json.dumps(c["config"])}`.
+
+The file holds **item and subtask parameters only** (`difficulty`,
+`discrimination`, `intercept` per item; `intercept_mean`, `intercept_sd`,
+`log_disc_mean`, `log_disc_sd` per subtask), {c["saved_draws"]} draws
+(every {c["thin"]}th of {s.get("chains")} x {s.get("draws")}), float32,
+{c["file_bytes"] / 1e6:.2f} MB. New llms are scored against these draws with
+ability ~ Normal(0, 1) as the prior.
+
+## Sampler
+NUTS via {s.get("backend")} (`pm.sample(nuts_sampler="{s.get("backend")}")`), decoupled
+slope-intercept parameterization (see `bayes_microbench/irt/pymc_model.py`),
+{s.get("chains")} chains x ({s.get("tune")} tune + {s.get("draws")} draws), target accept
+{s.get("target_accept")}, float32 likelihood, seed {s.get("random_seed")}.
+
+## Diagnostics ({status})
+| max R-hat | min bulk ESS | min tail ESS | divergences | min BFMI | mean leapfrog steps |
+|---|---|---|---|---|---|
+| {d["max_rhat"]:.4f} ({d["worst_rhat"]}) | {d["min_ess_bulk"]:.0f} ({d["worst_ess_bulk"]}) | {d["min_ess_tail"]:.0f} | {d["divergences"]} | {d["min_bfmi"]:.2f} | {d["mean_tree_size"]:.1f} |
+
+## Posterior predictive checks ({p["draws_used"]} draws)
+- per-llm accuracy: {p["llm_accuracy_ppp_outside_5_95"]} of {p["n_llms"]} llms with a p-value outside [0.05, 0.95]; mean |observed - predicted| = {p["llm_accuracy_mean_abs_error"]:.4f}
+- per-item proportion correct: {p["item_p_correct_ppp_outside_5_95"]} of {p["n_items"]} items outside [0.05, 0.95]; mean |observed - predicted| = {p["item_p_correct_mean_abs_error"]:.4f}
+- raw-score distribution: sd observed {p["raw_score_sd_observed"]:.2f}, p-value {p["raw_score_sd_ppp"]:.2f}; {100 * p["sorted_raw_scores_inside_interval"]:.0f}% of the sorted raw scores inside their 90% predictive band
+
+## Timing
+Sampling wall time {c["wall_seconds"]} s (CPU {c["cpu_seconds"]} s) on a shared 2-core
+machine with 1-minute load average {c["load_average_1min"]} at the end of the fit;
+bayes_microbench {c["package_version"]}, Python {c["python"]}.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "names", nargs="*", help=f"artifacts to build (default all: {list(ARTIFACTS)})"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    names = args.names or list(ARTIFACTS)
+    unknown = [n for n in names if n not in ARTIFACTS]
+    if unknown:
+        parser.error(f"unknown artifact(s) {unknown}; known: {list(ARTIFACTS)}")
+    for name in names:
+        card = build(ARTIFACTS[name])
+        print(json.dumps({k: card[k] for k in ("name", "wall_seconds", "file_bytes")}))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

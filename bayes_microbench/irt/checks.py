@@ -1,0 +1,275 @@
+"""Posterior predictive checks and LOO model comparison of fitted IRT models.
+
+Both work on any fitted object with ``.posterior`` (``ability`` (chain, draw,
+llm), ``discrimination``, ``intercept``, optional ``guessing``) and the observed
+matrix (an :class:`IRTModel`, or a :class:`FittedIRT` that kept its
+``observed_data``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ..exceptions import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+
+def _draws(post: xr.Dataset, max_draws: int) -> dict[str, np.ndarray]:
+    """Item/llm parameters stacked over (chain, draw), thinned to at most ``max_draws``."""
+    if "ability" not in post:
+        raise ConfigurationError(
+            "this posterior has no 'ability' (an items-only artifact); checks need a full fit"
+        )
+    n = post.sizes["chain"] * post.sizes["draw"]
+    step = max(1, int(np.ceil(n / max_draws)))
+
+    def flat(name: str) -> np.ndarray:
+        da = post[name]
+        vals = np.asarray(da.values, dtype=np.float64)
+        return vals.reshape(n, *vals.shape[2:])[::step]
+
+    out = {k: flat(k) for k in ("ability", "discrimination", "intercept")}
+    out["guessing"] = flat("guessing") if "guessing" in post else np.zeros_like(out["intercept"])
+    out["thin_step"] = np.array(step)
+    return out
+
+
+def _observed(fit: Any) -> np.ndarray:
+    tree = fit.idata
+    if "observed_data" not in tree.children:
+        raise ConfigurationError(
+            "this posterior has no observed_data group (an items-only artifact); "
+            "checks need the fitted responses"
+        )
+    return np.asarray(tree["observed_data"]["correct"].values, dtype=np.float64)
+
+
+def _p_correct(d: dict[str, np.ndarray], s: int) -> np.ndarray:
+    eta = d["ability"][s][:, None] * d["discrimination"][s][None, :] + d["intercept"][s][None, :]
+    c = d["guessing"][s][None, :]
+    return c + (1.0 - c) / (1.0 + np.exp(-eta))
+
+
+def _ppp(rep: np.ndarray, obs: np.ndarray) -> np.ndarray:
+    """Mid posterior predictive p-value P(T_rep > T_obs) + P(T_rep = T_obs) / 2."""
+    return np.mean(rep > obs, axis=0) + 0.5 * np.mean(rep == obs, axis=0)
+
+
+@dataclass(frozen=True)
+class PPCResult:
+    """Posterior predictive checks: per-llm, per-item and raw-score statistics.
+
+    ``llm`` and ``item`` hold observed values, predictive means, 90% predictive
+    intervals (dim ``ci_bound``) and mid p-values (``ppp``); ``scores`` holds
+    the raw-score distribution checks. ``summary`` is JSON-ready.
+    """
+
+    llm: xr.Dataset
+    item: xr.Dataset
+    scores: xr.Dataset
+    summary: dict[str, Any]
+
+
+def posterior_predictive_check(
+    fit: Any, *, max_draws: int = 400, ci_prob: float = 0.9, random_seed: int | None = 0
+) -> PPCResult:
+    """Replicate the response matrix from the posterior and compare it with the data.
+
+    Parameters
+    ----------
+    fit
+        A fitted ``IRTModel`` (or ``FittedIRT`` with observed data).
+    max_draws
+        Posterior draws used (thinned evenly).
+    ci_prob
+        Probability of the predictive intervals.
+    random_seed
+        Seed of the replicated responses.
+
+    Returns
+    -------
+    PPCResult
+        Per llm: observed accuracy vs replicated; per item: observed proportion
+        correct vs replicated; raw scores (number correct per llm): the sorted
+        score curve and the score sd, each with its p-value. A p-value near 0
+        or 1 flags misfit; ``summary`` counts llms/items outside [0.05, 0.95].
+    """
+    y = _observed(fit)
+    obs = ~np.isnan(y)
+    d = _draws(fit.posterior, max_draws)
+    n_s = d["ability"].shape[0]
+    rng = np.random.default_rng(random_seed)
+    n_obs_llm = obs.sum(axis=1)
+    n_obs_item = obs.sum(axis=0)
+    acc_obs = np.nansum(y, axis=1) / n_obs_llm
+    item_obs = np.nansum(y, axis=0) / n_obs_item
+    score_obs = np.nansum(y, axis=1)
+    acc_rep = np.empty((n_s, y.shape[0]))
+    item_rep = np.empty((n_s, y.shape[1]))
+    sorted_rep = np.empty((n_s, y.shape[0]))
+    for s in range(n_s):
+        p = _p_correct(d, s)
+        yr = (rng.random(p.shape) < p) & obs
+        scores = yr.sum(axis=1)
+        acc_rep[s] = scores / n_obs_llm
+        item_rep[s] = yr.sum(axis=0) / n_obs_item
+        sorted_rep[s] = np.sort(scores)
+    lo, hi = (1 - ci_prob) / 2, 1 - (1 - ci_prob) / 2
+    bounds = xr.DataArray(["lower", "upper"], dims="ci_bound")
+
+    def band(rep: np.ndarray, dim: str) -> xr.DataArray:
+        q = np.quantile(rep, [lo, hi], axis=0)
+        return xr.DataArray(q.T, dims=(dim, "ci_bound")).assign_coords(ci_bound=bounds)
+
+    llm_ds = xr.Dataset(
+        {
+            "observed": ("llm", acc_obs),
+            "predicted": ("llm", acc_rep.mean(axis=0)),
+            "interval": band(acc_rep, "llm"),
+            "ppp": ("llm", _ppp(acc_rep, acc_obs)),
+        },
+        coords={"llm": fit.posterior["llm"].values},
+    )
+    item_ds = xr.Dataset(
+        {
+            "observed": ("item", item_obs),
+            "predicted": ("item", item_rep.mean(axis=0)),
+            "interval": band(item_rep, "item"),
+            "ppp": ("item", _ppp(item_rep, item_obs)),
+        },
+        coords={"item": fit.posterior["item"].values},
+    )
+    sorted_obs = np.sort(score_obs)
+    rank = np.arange(y.shape[0])
+    sd_rep = sorted_rep.std(axis=1)
+    sd_obs = float(score_obs.std())
+    scores_ds = xr.Dataset(
+        {
+            "observed": ("rank", sorted_obs),
+            "predicted": ("rank", sorted_rep.mean(axis=0)),
+            "interval": band(sorted_rep, "rank"),
+            "sd_observed": ((), sd_obs),
+            "sd_ppp": ((), float(_ppp(sd_rep[:, None], np.array([sd_obs]))[0])),
+        },
+        coords={"rank": rank},
+    )
+    for ds in (llm_ds, item_ds, scores_ds):
+        ds["interval"].attrs.update({"ci_kind": "eti", "ci_prob": ci_prob})
+
+    def outside(ppp: np.ndarray) -> int:
+        return int(np.sum((ppp < 0.05) | (ppp > 0.95)))
+
+    in_band = float(
+        np.mean(
+            (sorted_obs >= scores_ds["interval"].sel(ci_bound="lower").values)
+            & (sorted_obs <= scores_ds["interval"].sel(ci_bound="upper").values)
+        )
+    )
+    summary = {
+        "draws_used": int(n_s),
+        "llm_accuracy_ppp_outside_5_95": outside(llm_ds["ppp"].values),
+        "item_p_correct_ppp_outside_5_95": outside(item_ds["ppp"].values),
+        "n_llms": int(y.shape[0]),
+        "n_items": int(y.shape[1]),
+        "llm_accuracy_mean_abs_error": float(np.mean(np.abs(llm_ds["predicted"] - acc_obs))),
+        "item_p_correct_mean_abs_error": float(np.mean(np.abs(item_ds["predicted"] - item_obs))),
+        "raw_score_sd_observed": sd_obs,
+        "raw_score_sd_ppp": float(scores_ds["sd_ppp"]),
+        "sorted_raw_scores_inside_interval": in_band,
+    }
+    return PPCResult(llm=llm_ds, item=item_ds, scores=scores_ds, summary=summary)
+
+
+def log_likelihood(fit: Any, *, max_draws: int = 400) -> xr.DataTree:
+    """A DataTree with ``posterior`` and pointwise ``log_likelihood`` (dim ``cell``).
+
+    Each observed (llm, item) cell is one observation; draws are thinned
+    evenly to at most ``max_draws`` per chain-set (memory: draws x cells x 4 bytes).
+    """
+    y = _observed(fit)
+    rows, cols = np.nonzero(~np.isnan(y))
+    yk = y[rows, cols]
+    post = fit.posterior
+    n_chain = post.sizes["chain"]
+    per_chain = max(1, max_draws // n_chain)
+    step = max(1, int(np.ceil(post.sizes["draw"] / per_chain)))
+    post = post.isel(draw=slice(None, None, step))
+    n_draw = post.sizes["draw"]
+    ab = np.asarray(post["ability"].values, dtype=np.float64)
+    a = np.asarray(post["discrimination"].values, dtype=np.float64)
+    e = np.asarray(post["intercept"].values, dtype=np.float64)
+    g = np.asarray(post["guessing"].values, dtype=np.float64) if "guessing" in post else None
+    ll = np.empty((n_chain, n_draw, len(yk)), dtype=np.float32)
+    for c in range(n_chain):
+        for s in range(n_draw):
+            eta = ab[c, s, rows] * a[c, s, cols] + e[c, s, cols]
+            if g is None:
+                ll[c, s] = yk * eta - np.logaddexp(0.0, eta)
+            else:
+                gc = g[c, s, cols]
+                with np.errstate(divide="ignore"):
+                    log_p = np.logaddexp(np.log(gc), np.log1p(-gc) - np.logaddexp(0.0, -eta))
+                log_q = np.log1p(-gc) - np.logaddexp(0.0, eta)
+                ll[c, s] = np.where(yk == 1.0, log_p, log_q)
+    cell = xr.Dataset(
+        {"correct": (("chain", "draw", "cell"), ll)},
+        coords={
+            "chain": post["chain"].values,
+            "draw": post["draw"].values,
+            "cell_llm": ("cell", post["llm"].values[rows]),
+            "cell_item": ("cell", post["item"].values[cols]),
+        },
+    )
+    small = post[["discrimination", "intercept"]]
+    observed = xr.Dataset({"correct": ("cell", yk)})
+    return xr.DataTree.from_dict(
+        {"posterior": small, "log_likelihood": cell, "observed_data": observed}
+    )
+
+
+def loo(fit: Any, *, max_draws: int = 400) -> Any:
+    """PSIS-LOO over observed cells (``arviz_stats.loo``), returned as its ``ELPDData``."""
+    import arviz_stats as azs
+
+    return azs.loo(log_likelihood(fit, max_draws=max_draws), var_name="correct")
+
+
+def compare_models(fits: dict[str, Any], *, max_draws: int = 400) -> pd.DataFrame:
+    """LOO comparison (``arviz_stats.compare``) of fits of the same responses.
+
+    Parameters
+    ----------
+    fits
+        ``{"1pl": fit1, "2pl": fit2, "3pl": fit3}``; all must be fitted on the
+        same llms and items.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ArviZ's comparison table (``elpd``, ``elpd_diff``, ``dse``, ``weight``,
+        ...), best model first.
+    """
+    import arviz_stats as azs
+
+    if len(fits) < 2:
+        raise ConfigurationError(f"compare needs at least two fits, got {len(fits)}")
+    shapes = {
+        name: (tuple(f.posterior["llm"].values), tuple(f.posterior["item"].values))
+        for name, f in fits.items()
+    }
+    first = next(iter(shapes.values()))
+    differ = [n for n, s in shapes.items() if s != first]
+    if differ:
+        raise ConfigurationError(
+            f"fits {differ} were made on other llms or items than {next(iter(shapes))!r}; "
+            "compare fits of the same responses"
+        )
+    trees = {name: log_likelihood(f, max_draws=max_draws) for name, f in fits.items()}
+    return azs.compare(trees)

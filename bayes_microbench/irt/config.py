@@ -1,0 +1,146 @@
+"""Configuration of an IRT fit: the model, its priors and the sampler settings.
+
+A configuration is a small frozen dataclass merged over defaults
+(``IRTConfig.from_dict(defaults | user)``). Its JSON form and a hash of it are
+stored in every saved posterior, so :func:`~bayes_microbench.irt.load_posterior`
+can refuse a file made with another configuration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Literal
+
+from ..exceptions import ConfigurationError
+
+ModelName = Literal["1pl", "2pl", "3pl", "2pl-md"]
+Method = Literal["nuts", "advi", "pathfinder", "map", "laplace"]
+Backend = Literal["numpyro", "nutpie"]
+
+MODELS: tuple[str, ...] = ("1pl", "2pl", "3pl", "2pl-md")
+METHODS: tuple[str, ...] = ("nuts", "advi", "pathfinder", "map", "laplace")
+BACKENDS: tuple[str, ...] = ("numpyro", "nutpie")
+
+#: Bump when the saved layout changes incompatibly; files with another major are refused.
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class IRTConfig:
+    """Model and prior settings of :class:`~bayes_microbench.irt.IRTModel`.
+
+    Sampled parameterization (slope-intercept, centered)::
+
+        ability[j]                 ~ Normal(0, 1)                 (llm population, fixed)
+        intercept_mean[s]          ~ Normal(0, intercept_mean_sd)
+        intercept_sd[s]            ~ HalfNormal(intercept_sd_scale)
+        intercept[i]               ~ Normal(intercept_mean[s(i)], intercept_sd[s(i)])
+        log_disc_mean[s]           ~ Normal(0, log_disc_mean_sd)        (2PL, 3PL)
+        log_disc_sd[s]             ~ HalfNormal(log_disc_sd_scale)
+        log_discrimination[i]      ~ Normal(log_disc_mean[s(i)], log_disc_sd[s(i)])
+        guessing[i]                = 1 / n_options[i] when known (3PL), else
+                                     ~ Beta with mean guessing_mean, strength guessing_strength
+        logit P*(correct[j, i])    = discrimination[i] * ability[j] + intercept[i]
+        P(correct[j, i])           = guessing[i] + (1 - guessing[i]) * P*
+
+    The saved posterior also holds ``difficulty = -intercept / discrimination``
+    so that ``logit P* = discrimination * (ability - difficulty)``.
+    """
+
+    model: ModelName = "2pl"
+    n_dims: int = 2  # only for "2pl-md"
+    intercept_mean_sd: float = 3.0
+    intercept_sd_scale: float = 3.0
+    log_disc_mean_sd: float = 0.5
+    log_disc_sd_scale: float = 0.5
+    guessing_mean: float = 0.25
+    guessing_strength: float = 20.0
+    n_options: int | None = None  # overrides the responses' n_options for every item
+    pool_discrimination: bool = True  # subtask-level log-discrimination mean and sd
+
+    def validate(self) -> IRTConfig:
+        if self.model not in MODELS:
+            raise ConfigurationError(f"model must be one of {list(MODELS)}, got {self.model!r}")
+        for name in (
+            "intercept_mean_sd",
+            "intercept_sd_scale",
+            "log_disc_mean_sd",
+            "log_disc_sd_scale",
+            "guessing_strength",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
+        if not 0.0 < float(self.guessing_mean) < 0.5:
+            raise ConfigurationError(
+                f"guessing_mean must lie in (0, 0.5), got {self.guessing_mean!r}"
+            )
+        if self.n_options is not None and (
+            not isinstance(self.n_options, int) or self.n_options < 2
+        ):
+            raise ConfigurationError(
+                f"n_options must be a whole number >= 2 (K answer options), got {self.n_options!r}"
+            )
+        if self.model == "2pl-md" and (not isinstance(self.n_dims, int) or self.n_dims < 1):
+            raise ConfigurationError(f"n_dims must be a whole number >= 1, got {self.n_dims!r}")
+        return self
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None = None) -> IRTConfig:
+        """Defaults merged with ``values``; unknown keys are an error that lists the valid ones."""
+        values = dict(values or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown IRT configuration key(s) {unknown}; valid keys: {sorted(known)}"
+            )
+        return replace(cls(), **values).validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def hash(self) -> str:
+        """A short stable hash of the configuration (stored in saved posteriors)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How a posterior was obtained (recorded in the saved file, not part of the model hash)."""
+
+    method: Method = "nuts"
+    backend: Backend = "numpyro"
+    chains: int = 2
+    draws: int = 1000
+    tune: int = 1000
+    target_accept: float = 0.8
+    random_seed: int | None = None
+    float32: bool = True
+
+    def validate(self) -> SamplerConfig:
+        if self.method not in METHODS:
+            raise ConfigurationError(f"method must be one of {list(METHODS)}, got {self.method!r}")
+        if self.backend not in BACKENDS:
+            raise ConfigurationError(
+                f"backend must be one of {list(BACKENDS)}, got {self.backend!r}"
+            )
+        for name, minimum in (("chains", 1), ("draws", 1), ("tune", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ConfigurationError(
+                    f"{name} must be a whole number >= {minimum}, got {value!r}"
+                )
+        if not 0.5 <= float(self.target_accept) < 1.0:
+            raise ConfigurationError(
+                f"target_accept must lie in [0.5, 1), got {self.target_accept!r}"
+            )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,121 @@
+"""The response matrix as the IRT model sees it (numpy arrays, no PyMC)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._validate import preview
+from ..exceptions import ConfigurationError, ResponsesError
+from ..responses import Responses
+from .config import IRTConfig
+
+logger = logging.getLogger(__name__)
+
+#: Below this fraction of observed cells the likelihood gathers observed cells
+#: instead of evaluating the dense llm x item matrix with a mask.
+DENSE_MIN_OBSERVED = 0.5
+
+
+@dataclass(frozen=True)
+class IRTData:
+    """Arrays the likelihood needs, plus the names of degenerate llms and items."""
+
+    values: np.ndarray  # (llm, item) 1.0 / 0.0 / NaN
+    llms: np.ndarray
+    items: np.ndarray
+    item_subtask: np.ndarray  # (item,) label
+    subtasks: np.ndarray  # distinct labels
+    subtask_codes: np.ndarray  # (item,) int index into subtasks
+    guessing_fixed: np.ndarray  # (item,) 1/K, or NaN where learned (3PL only; zeros otherwise)
+    notes: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def observed(self) -> np.ndarray:
+        return ~np.isnan(self.values)
+
+    @property
+    def n_llms(self) -> int:
+        return int(self.values.shape[0])
+
+    @property
+    def n_items(self) -> int:
+        return int(self.values.shape[1])
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.observed.all())
+
+    @property
+    def dense(self) -> bool:
+        return bool(self.observed.mean() >= DENSE_MIN_OBSERVED)
+
+    @classmethod
+    def from_responses(cls, responses: Responses, config: IRTConfig) -> IRTData:
+        if not isinstance(responses, Responses):
+            raise ResponsesError(
+                f"expected a Responses object (see bayes_microbench.load_responses), got "
+                f"{type(responses).__name__}"
+            )
+        values = np.asarray(responses.values, dtype=np.float64)
+        if values.shape[0] < 2 or values.shape[1] < 2:
+            raise ResponsesError(
+                f"an IRT fit needs at least 2 llms and 2 items, got {values.shape[0]} x {values.shape[1]}"
+            )
+        n_items = values.shape[1]
+        if config.model == "3pl":
+            if config.n_options is not None:
+                k = np.full(n_items, config.n_options)
+            elif responses.n_options is not None:
+                k = np.asarray(responses.n_options, dtype=np.int64)
+            else:
+                k = np.zeros(n_items, dtype=np.int64)
+            bad = responses.items[(k == 1) | (k < 0)]
+            if len(bad):
+                raise ConfigurationError(
+                    f"a 3PL guessing floor 1/K needs K >= 2 answer options; items {preview(bad)} "
+                    "have K < 2 (use 0 / empty for unknown)"
+                )
+            guessing = np.where(k >= 2, 1.0 / np.maximum(k, 1), np.nan)
+        else:
+            guessing = np.zeros(n_items)
+        notes = _degenerate(values, responses.llms, responses.items)
+        return cls(
+            values=values,
+            llms=np.asarray(responses.llms, dtype=str),
+            items=np.asarray(responses.items, dtype=str),
+            item_subtask=np.asarray(responses.item_subtask, dtype=str),
+            subtasks=np.asarray(responses.subtasks, dtype=str),
+            subtask_codes=np.asarray(responses.subtask_codes, dtype=np.int64),
+            guessing_fixed=guessing,
+            notes=notes,
+        )
+
+
+def _degenerate(values: np.ndarray, llms: np.ndarray, items: np.ndarray) -> dict[str, list[str]]:
+    """Name llms and items whose observed responses are all correct or all wrong.
+
+    They need no special treatment: the llm population prior (and the item
+    hierarchy) keeps their posteriors proper and finite, but their estimates
+    rest on the prior and are wide, so they are named in the log and in the
+    saved file.
+    """
+    with np.errstate(invalid="ignore"):
+        llm_mean = np.nanmean(values, axis=1)
+        item_mean = np.nanmean(values, axis=0)
+    notes = {
+        "llms_all_correct": [str(x) for x in llms[llm_mean == 1.0]],
+        "llms_all_wrong": [str(x) for x in llms[llm_mean == 0.0]],
+        "items_all_correct": [str(x) for x in items[item_mean == 1.0]],
+        "items_all_wrong": [str(x) for x in items[item_mean == 0.0]],
+    }
+    for key, names in notes.items():
+        if names:
+            logger.warning(
+                "%s: %s; their parameters are identified by the priors only (finite but wide)",
+                key.replace("_", " "),
+                preview(names),
+            )
+    return {k: v for k, v in notes.items() if v}

@@ -1,0 +1,222 @@
+"""Save and load fitted posteriors (NetCDF of an ``xarray.DataTree``).
+
+Layout of a saved file
+----------------------
+Groups ``posterior`` (``ability`` (chain, draw, llm) unless items-only,
+``difficulty``, ``discrimination``, ``intercept`` (chain, draw, item),
+``guessing`` for 3PL, subtask-level ``intercept_mean``, ``intercept_sd``,
+``log_disc_mean``, ``log_disc_sd`` (chain, draw, subtask); coords ``llm``,
+``item``, ``subtask`` and ``item_subtask`` (item -> subtask label)),
+``sample_stats`` (NUTS), ``observed_data`` (``correct``, unless items-only).
+
+Root attrs: ``model``, ``config_json``, ``config_hash``, ``sampler_json``,
+``diagnostics_json``, ``notes_json`` (perfect llms/items), ``package_version``,
+``format_version``, ``ability_population`` (``"normal(0,1)"``), ``items_only``,
+``thin``, ``wall_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from ..exceptions import IncompatibleArtifactError
+from ..io import write_atomic
+from .config import FORMAT_VERSION, IRTConfig, SamplerConfig
+from .diagnostics import ConvergenceSummary
+
+
+def save_posterior(
+    fit: Any, path: str | os.PathLike[str], *, items_only: bool = False, thin: int = 1
+) -> Path:
+    """Write a fitted :class:`~bayes_microbench.irt.IRTModel` to ``path`` atomically.
+
+    Parameters
+    ----------
+    fit
+        A fitted ``IRTModel``.
+    path
+        Output ``.nc`` file.
+    items_only
+        Keep only item and subtask parameters (no ``ability``, no observed data):
+        the small artifact for ``models/``.
+    thin
+        Keep every ``thin``-th draw.
+    """
+    from .. import __version__
+
+    if fit.idata is None:
+        raise IncompatibleArtifactError("cannot save an unfitted IRTModel; call fit() first")
+    if not isinstance(thin, int) or thin < 1:
+        raise IncompatibleArtifactError(f"thin must be a whole number >= 1, got {thin!r}")
+    tree = fit.idata
+    groups: dict[str, xr.Dataset] = {}
+    for name in ("posterior", "sample_stats", "observed_data"):
+        if name not in tree.children:
+            continue
+        if items_only and name == "observed_data":
+            continue
+        ds = tree[name].to_dataset()
+        if "draw" in ds.dims and thin > 1:
+            ds = ds.isel(draw=slice(None, None, thin))
+        if items_only and name == "posterior":
+            ds = ds.drop_vars(["ability"]).drop_dims("llm", errors="ignore")
+        if name == "posterior":
+            ds = ds.astype({v: np.float32 for v in ds.data_vars})
+        groups[name] = ds
+    out = xr.DataTree.from_dict(groups)
+    out.attrs.update(
+        {
+            "model": fit.config.model,
+            "config_json": fit.config.to_json(),
+            "config_hash": fit.config.hash(),
+            "sampler_json": json.dumps(fit.sampler.to_dict() if fit.sampler else {}),
+            "diagnostics_json": json.dumps(fit.diagnostics.to_dict() if fit.diagnostics else None),
+            "fit_info_json": json.dumps(fit.fit_info, default=float),
+            "notes_json": json.dumps(fit.data.notes),
+            "package_version": __version__,
+            "format_version": FORMAT_VERSION,
+            "ability_population": "normal(0,1)",
+            "items_only": int(items_only),
+            "thin": thin,
+            "wall_seconds": float(fit.wall_seconds or 0.0),
+            "benchmark": str(fit.responses.benchmark) if fit.responses is not None else "",
+        }
+    )
+    target = Path(path)
+    encoding = {
+        f"/{name}": {v: {"zlib": True, "complevel": 4} for v in ds.data_vars}
+        for name, ds in groups.items()
+    }
+    return write_atomic(
+        target, lambda tmp: out.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
+    )
+
+
+class FittedIRT:
+    """A posterior read back from disk (see :func:`load_posterior`).
+
+    Attributes
+    ----------
+    idata
+        The :class:`xarray.DataTree`.
+    posterior
+        Its ``posterior`` group as an :class:`xarray.Dataset`.
+    config
+        The :class:`IRTConfig` it was fitted with.
+    sampler
+        The :class:`SamplerConfig` (method, chains, draws, ...).
+    diagnostics
+        The :class:`ConvergenceSummary` of a NUTS fit, else ``None``.
+    items_only
+        True for a thinned item-only artifact (no ``ability``).
+    """
+
+    def __init__(self, tree: xr.DataTree, path: Path) -> None:
+        attrs = tree.attrs
+        self.path = path
+        self.idata = tree
+        self.config = IRTConfig.from_dict(json.loads(attrs["config_json"]))
+        self.sampler = SamplerConfig(**json.loads(attrs.get("sampler_json", "{}") or "{}"))
+        diag = json.loads(attrs.get("diagnostics_json", "null") or "null")
+        if diag:
+            diag.pop("ok", None)
+            self.diagnostics: ConvergenceSummary | None = ConvergenceSummary(**diag)
+        else:
+            self.diagnostics = None
+        self.notes: dict[str, list[str]] = json.loads(attrs.get("notes_json", "{}") or "{}")
+        self.items_only = bool(int(attrs.get("items_only", 0)))
+        self.package_version = str(attrs.get("package_version", ""))
+        self.wall_seconds = float(attrs.get("wall_seconds", 0.0))
+
+    @property
+    def posterior(self) -> xr.Dataset:
+        return self.idata["posterior"].to_dataset()
+
+    @property
+    def model(self) -> str:
+        return self.config.model
+
+    @property
+    def converged(self) -> bool | None:
+        return None if self.diagnostics is None else self.diagnostics.ok
+
+    def __repr__(self) -> str:
+        post = self.posterior
+        kind = "items-only " if self.items_only else ""
+        return (
+            f"FittedIRT({self.model}, {kind}{post.sizes.get('item', 0)} items, "
+            f"{post.sizes['chain']} x {post.sizes['draw']} draws, from {self.path.name})"
+        )
+
+
+def load_posterior(
+    path: str | os.PathLike[str], *, config: IRTConfig | dict[str, Any] | None = None
+) -> FittedIRT:
+    """Read a posterior written by :meth:`IRTModel.save` / :func:`save_posterior`.
+
+    Parameters
+    ----------
+    path
+        The ``.nc`` file.
+    config
+        When given, the file must have been fitted with exactly this
+        configuration (compared by hash); otherwise it is refused.
+
+    Raises
+    ------
+    IncompatibleArtifactError
+        Not such a file, another configuration, or an incompatible format version.
+    """
+    from .. import __version__
+
+    p = Path(path)
+    if not p.exists():
+        raise IncompatibleArtifactError(f"{p}: no such file")
+    try:
+        tree = xr.open_datatree(p, engine="h5netcdf")
+        tree.load()
+        tree.close()
+    except (OSError, ValueError) as err:
+        raise IncompatibleArtifactError(
+            f"{p}: not a readable NetCDF posterior ({type(err).__name__})"
+        ) from None
+    attrs = tree.attrs
+    if "config_json" not in attrs or "format_version" not in attrs:
+        raise IncompatibleArtifactError(
+            f"{p}: not a bayes_microbench posterior (no configuration attrs); "
+            "fit one with 'bayes-microbench fit'"
+        )
+    version = int(attrs["format_version"])
+    if version != FORMAT_VERSION:
+        raise IncompatibleArtifactError(
+            f"{p}: saved in posterior format {version} by bayes_microbench "
+            f"{attrs.get('package_version', '?')}; this version ({__version__}) reads format "
+            f"{FORMAT_VERSION}; refit with this version"
+        )
+    stored_hash = str(attrs.get("config_hash", ""))
+    actual = IRTConfig.from_dict(json.loads(attrs["config_json"]))
+    if actual.hash() != stored_hash:
+        raise IncompatibleArtifactError(
+            f"{p}: its configuration does not match its stored hash (file edited or corrupt); refit"
+        )
+    if config is not None:
+        want = config if isinstance(config, IRTConfig) else IRTConfig.from_dict(config)
+        if want.hash() != stored_hash:
+            diff = {
+                k: (v, want.to_dict()[k])
+                for k, v in actual.to_dict().items()
+                if want.to_dict()[k] != v
+            }
+            raise IncompatibleArtifactError(
+                f"{p}: fitted with another configuration (file vs requested: {diff}); "
+                "refit with the requested configuration or load without config="
+            )
+    if "posterior" not in tree.children:
+        raise IncompatibleArtifactError(f"{p}: no posterior group")
+    return FittedIRT(tree, p)

@@ -1,0 +1,389 @@
+"""``IRTModel``: hierarchical 1PL / 2PL / 3PL with a lazy lifecycle.
+
+``__init__`` validates the configuration and the data, :meth:`IRTModel.build_model`
+builds the PyMC graph once, :meth:`IRTModel.fit` samples (or approximates) and
+returns ``self`` with the posterior attached. A fitted instance is not refitted:
+make a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from .._validate import check_positive_int
+from ..exceptions import ConfigurationError
+from ..responses import Responses
+from .config import BACKENDS, METHODS, IRTConfig, SamplerConfig
+from .data import IRTData
+from .diagnostics import ConvergenceSummary, summarize, warn_if_unconverged
+
+logger = logging.getLogger(__name__)
+
+#: Laplace builds a dense Hessian; above this many unconstrained parameters use ADVI.
+LAPLACE_MAX_DIM = 6000
+
+
+class IRTModel:
+    """Hierarchical item response model of an llm x item response matrix.
+
+    Parameters
+    ----------
+    responses
+        The :class:`~bayes_microbench.responses.Responses` to fit.
+    model
+        ``"1pl"``, ``"2pl"`` (default) or ``"3pl"``.
+    config
+        Extra :class:`IRTConfig` fields (priors, ``n_options``), merged over the
+        defaults; an unknown key is a :class:`ConfigurationError`.
+
+    Examples
+    --------
+    >>> from bayes_microbench import simulate_responses
+    >>> from bayes_microbench.irt import IRTModel
+    >>> resp = simulate_responses("gpqa", n_llms=40, n_items=50, model="2pl", random_seed=0)
+    >>> fit = IRTModel(resp, "2pl").fit(draws=100, tune=100, random_seed=0)  # doctest: +SKIP
+    >>> fit.posterior["ability"].dims  # doctest: +SKIP
+    ('chain', 'draw', 'llm')
+    """
+
+    def __init__(
+        self,
+        responses: Responses,
+        model: str = "2pl",
+        *,
+        config: IRTConfig | dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(config, IRTConfig):
+            cfg = (
+                config
+                if model == config.model
+                else IRTConfig.from_dict({**config.to_dict(), "model": model})
+            )
+        else:
+            cfg = IRTConfig.from_dict({**(config or {}), "model": model})
+        if cfg.model == "2pl-md":
+            raise ConfigurationError(
+                "model '2pl-md' (multidimensional 2PL) is not available in this version; "
+                "use '1pl', '2pl' or '3pl'"
+            )
+        self.config: IRTConfig = cfg.validate()
+        self.responses = responses
+        self.data = IRTData.from_responses(responses, self.config)
+        self.idata: xr.DataTree | None = None
+        self.sampler: SamplerConfig | None = None
+        self.diagnostics: ConvergenceSummary | None = None
+        self.wall_seconds: float | None = None
+        self.fit_info: dict[str, Any] = {}
+        self._model: Any = None
+        self._model_key: tuple[str, bool] | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def build_model(self, *, parameterization: str = "decoupled", float32: bool = True) -> Any:
+        """Build (once) and return the :class:`pymc.Model`."""
+        key = (parameterization, bool(float32))
+        if self._model is None or self._model_key != key:
+            from .pymc_model import build
+
+            self._model = build(
+                self.data, self.config, parameterization=parameterization, float32=float32
+            )
+            self._model_key = key
+        return self._model
+
+    @property
+    def is_fitted(self) -> bool:
+        return self.idata is not None
+
+    def fit(
+        self,
+        method: str = "nuts",
+        *,
+        chains: int = 2,
+        draws: int = 1000,
+        tune: int = 1000,
+        random_seed: int | None = None,
+        progressbar: bool = False,
+        backend: str = "numpyro",
+        target_accept: float = 0.8,
+        float32: bool = True,
+        parameterization: str = "decoupled",
+        advi_iterations: int = 30000,
+    ) -> IRTModel:
+        """Fit the model; return ``self`` with :attr:`idata` and :attr:`posterior` attached.
+
+        Parameters
+        ----------
+        method
+            ``"nuts"`` (MCMC, the reference), or a fast approximation:
+            ``"advi"`` (mean-field ADVI), ``"pathfinder"`` (single-path
+            Pathfinder), ``"laplace"`` (Gaussian at the mode in the
+            unconstrained space) or ``"map"`` (the mode only: one draw, no
+            uncertainty).
+        chains, draws, tune
+            NUTS settings; approximations use ``draws`` (times ``chains``) draws.
+        random_seed
+            Seed for the sampler and the approximations (same seed, same numbers).
+        progressbar
+            Show the sampler's progress bar.
+        backend
+            NUTS implementation: ``"numpyro"`` (JAX, default) or ``"nutpie"``.
+        target_accept
+            NUTS target acceptance rate.
+        float32
+            Evaluate the likelihood in single precision (default; twice as fast,
+            and ample for Bernoulli log likelihoods).
+        parameterization
+            ``"decoupled"`` (default, see :mod:`bayes_microbench.irt.pymc_model`),
+            ``"slope-intercept"`` or ``"textbook"`` (kept for benchmarks).
+        advi_iterations
+            Optimization steps of ADVI.
+
+        Raises
+        ------
+        ConfigurationError
+            Bad settings, or the instance is already fitted.
+        """
+        if self.is_fitted:
+            raise ConfigurationError(
+                "this IRTModel is already fitted; create a new IRTModel to fit again"
+            )
+        if method not in METHODS:
+            raise ConfigurationError(f"method must be one of {list(METHODS)}, got {method!r}")
+        if backend not in BACKENDS:
+            raise ConfigurationError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+        seed = 0 if random_seed is None else int(random_seed)
+        sampler = SamplerConfig(
+            method=method,  # type: ignore[arg-type]
+            backend=backend,  # type: ignore[arg-type]
+            chains=check_positive_int(chains, "chains"),
+            draws=check_positive_int(draws, "draws"),
+            tune=check_positive_int(tune, "tune", minimum=0),
+            target_accept=target_accept,
+            random_seed=random_seed,
+            float32=float32,
+        ).validate()
+        if method == "nuts" and chains < 2:
+            logger.warning("one chain: R-hat cannot detect non-convergence; use chains >= 2")
+        if method == "nuts" and backend == "numpyro":
+            _prepare_jax_devices(chains)
+        if method in ("map", "laplace", "pathfinder"):
+            float32 = False  # optimizers need double precision
+        if method != "nuts" and parameterization == "decoupled":
+            # the decoupling helps NUTS's mass matrix; optimizers and ADVI do
+            # better on the plain centered slope-intercept form (same model)
+            parameterization = "slope-intercept"
+        import pytensor
+
+        with pytensor.config.change_flags(floatX="float32" if float32 else "float64"):
+            model = self.build_model(parameterization=parameterization, float32=float32)
+            start = time.perf_counter()
+            sample_stats = None
+            if method == "nuts":
+                raw, sample_stats = _run_nuts(
+                    model, sampler, seed, progressbar=progressbar, backend=backend
+                )
+            elif method == "advi":
+                raw, self.fit_info = _run_advi(
+                    model, sampler, seed, progressbar=progressbar, iterations=advi_iterations
+                )
+            elif method == "map":
+                raw, self.fit_info = _run_map(model, seed)
+            else:
+                from .approx import laplace, pathfinder
+
+                if method == "laplace":
+                    raw, self.fit_info = laplace(
+                        model, draws=draws * chains, random_seed=seed, max_dim=LAPLACE_MAX_DIM
+                    )
+                else:
+                    raw, self.fit_info = pathfinder(model, draws=draws * chains, random_seed=seed)
+        self.wall_seconds = time.perf_counter() - start
+        self.sampler = sampler
+        self.idata = self._assemble(raw, sample_stats, parameterization)
+        if method == "nuts":
+            self.diagnostics = summarize(self.posterior, self.idata["sample_stats"].to_dataset())
+            warn_if_unconverged(self.diagnostics)
+        logger.info("%s fit of %s took %.1f s", method, self.config.model, self.wall_seconds)
+        return self
+
+    # --------------------------------------------------------------- results
+    @property
+    def posterior(self) -> xr.Dataset:
+        """The posterior (dims chain, draw and llm / item / subtask) as a Dataset."""
+        if self.idata is None:
+            raise ConfigurationError("the model is not fitted yet; call fit() first")
+        return self.idata["posterior"].to_dataset()
+
+    @property
+    def converged(self) -> bool | None:
+        """True / False for NUTS fits; None for approximations (no diagnostics)."""
+        return None if self.diagnostics is None else self.diagnostics.ok
+
+    def _assemble(
+        self, raw: dict[str, np.ndarray], sample_stats: dict[str, np.ndarray] | None, param: str
+    ) -> xr.DataTree:
+        from .pymc_model import to_saved_scale
+
+        saved = to_saved_scale(raw, self.data, self.config, param)
+        coords = {
+            "llm": self.data.llms,
+            "item": self.data.items,
+            "subtask": self.data.subtasks,
+            "item_subtask": ("item", self.data.item_subtask),
+        }
+        first = next(iter(saved.values()))[1]
+        n_chain, n_draw = first.shape[:2]
+        coords["chain"] = np.arange(n_chain)
+        coords["draw"] = np.arange(n_draw)
+        post = xr.Dataset(
+            {name: (("chain", "draw", *dims), vals) for name, (dims, vals) in saved.items()},
+            coords=coords,
+        )
+        post.attrs["ability_population"] = "normal(0,1)"
+        groups: dict[str, xr.Dataset] = {"posterior": post}
+        if sample_stats:
+            groups["sample_stats"] = xr.Dataset(
+                {k: (("chain", "draw"), np.asarray(v)) for k, v in sample_stats.items()},
+                coords={"chain": coords["chain"], "draw": coords["draw"]},
+            )
+        groups["observed_data"] = xr.Dataset(
+            {"correct": (("llm", "item"), self.data.values.astype(np.float32))},
+            coords={
+                "llm": self.data.llms,
+                "item": self.data.items,
+                "item_subtask": ("item", self.data.item_subtask),
+            },
+        )
+        return xr.DataTree.from_dict(groups)
+
+    def save(self, path: str | os.PathLike[str], *, items_only: bool = False, thin: int = 1) -> Any:
+        """Write the fit to NetCDF (see :func:`bayes_microbench.irt.io.save_posterior`)."""
+        from .io import save_posterior
+
+        return save_posterior(self, path, items_only=items_only, thin=thin)
+
+    def __repr__(self) -> str:
+        state = "fitted" if self.is_fitted else "not fitted"
+        return (
+            f"IRTModel({self.config.model}, {self.data.n_llms} llms x {self.data.n_items} items, "
+            f"{state})"
+        )
+
+
+# ------------------------------------------------------------------ samplers
+def _prepare_jax_devices(chains: int) -> None:
+    """Let JAX run NUTS chains in parallel on CPU (only possible before JAX starts)."""
+    if "jax" in sys.modules:
+        return
+    want = min(chains, os.cpu_count() or 1)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags and want > 1:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={want}".strip()
+
+
+def _jax_chain_method(chains: int) -> str:
+    import jax
+
+    return "parallel" if jax.local_device_count() >= chains else "sequential"
+
+
+def _run_nuts(
+    model: Any, sampler: SamplerConfig, seed: int, *, progressbar: bool, backend: str
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    import pymc as pm
+
+    names = [rv.name for rv in model.free_RVs]
+    if backend == "numpyro":
+        import jax
+
+        jax.config.update("jax_enable_x64", not sampler.float32)
+        with warnings.catch_warnings():
+            # float32 sampling: JAX notes that int64/float64 constants become 32-bit
+            warnings.filterwarnings("ignore", message="Explicitly requested dtype")
+            tree = _numpyro_sample(pm, model, sampler, seed, progressbar)
+    else:
+        import nutpie
+
+        compiled = nutpie.compile_pymc_model(model, backend="jax", gradient_backend="jax")
+        tree = nutpie.sample(
+            compiled,
+            draws=sampler.draws,
+            tune=sampler.tune,
+            chains=sampler.chains,
+            cores=sampler.chains,
+            seed=seed,
+            target_accept=sampler.target_accept,
+            progress_bar=progressbar,
+        )
+    post = tree["posterior"]
+    raw = {n: np.asarray(post[n].values) for n in names}
+    stats_ds = tree["sample_stats"]
+    stats = {}
+    for key in ("diverging", "energy", "n_steps", "tree_depth", "step_size", "lp"):
+        if key in stats_ds:
+            stats[key] = np.asarray(stats_ds[key].values)
+    return raw, stats
+
+
+def _numpyro_sample(
+    pm: Any, model: Any, sampler: SamplerConfig, seed: int, progressbar: bool
+) -> Any:
+    return pm.sample(
+        draws=sampler.draws,
+        tune=sampler.tune,
+        chains=sampler.chains,
+        random_seed=seed,
+        nuts_sampler="numpyro",
+        progressbar=progressbar,
+        quiet=not progressbar,
+        model=model,
+        compute_convergence_checks=False,
+        nuts={
+            "target_accept": sampler.target_accept,
+            "chain_method": _jax_chain_method(sampler.chains),
+        },
+    )
+
+
+def _run_advi(
+    model: Any, sampler: SamplerConfig, seed: int, *, progressbar: bool, iterations: int
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    import pymc as pm
+    from pymc.variational.callbacks import CheckParametersConvergence
+
+    with model:
+        approx = pm.fit(
+            n=iterations,
+            method="advi",
+            random_seed=seed,
+            progressbar=progressbar,
+            callbacks=[CheckParametersConvergence(tolerance=1e-3, diff="relative")],
+        )
+        tree = approx.sample(sampler.draws * sampler.chains, random_seed=seed + 1)
+    post = tree["posterior"]
+    raw = {}
+    for rv in model.free_RVs:
+        vals = np.asarray(post[rv.name].values)
+        raw[rv.name] = vals.reshape(sampler.chains, sampler.draws, *vals.shape[2:])
+    hist = np.asarray(approx.hist)
+    info = {
+        "iterations": len(hist),
+        "final_loss": float(np.mean(hist[-100:])) if len(hist) else float("nan"),
+    }
+    return raw, info
+
+
+def _run_map(model: Any, seed: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    import pymc as pm
+
+    point = pm.find_MAP(model=model, progressbar=False, random_seed=seed)
+    raw = {rv.name: np.asarray(point[rv.name])[None, None, ...] for rv in model.free_RVs}
+    return raw, {"note": "MAP point estimate: one draw, no posterior uncertainty"}

@@ -1,0 +1,287 @@
+"""The PyMC graph of the hierarchical IRT models, and the map back to the saved scale.
+
+Sampled parameterization ("decoupled", the default)
+---------------------------------------------------
+Each cell of a benchmark matrix is informative (hundreds of llms per item,
+hundreds of items per llm), so item and llm parameters are *centered*. What
+slows NUTS down on such data is not funnels but two collective directions
+that the likelihood cannot see and only the llm population prior pins down:
+
+* location: adding ``delta`` to every ability and ``discrimination * delta``
+  to every intercept leaves the likelihood unchanged;
+* scale: multiplying every ability by ``k`` and dividing every discrimination
+  by ``k`` leaves it unchanged.
+
+With ``ability ~ Normal(0, 1)`` over n llms both directions are determined to
+about ``1/sqrt(n)``, far more loosely *as a direction in parameter space*
+than each single parameter, so a diagonal mass matrix sees a condition
+number of ~n/10 and NUTS needs long trajectories (~40 leapfrog steps).
+
+We sample an exact reparameterization in which the likelihood depends on
+neither direction::
+
+    ability = m + s * v
+    m   ~ Normal(0, 1/sqrt(n))                      (mean of n iid N(0,1) abilities)
+    v   = u * sqrt(n-1) / |u|,  u zero-sum          (direction: uniform on the sphere)
+    s^2 ~ Gamma((n-1)/2, rate (n-1)/2)               (sample variance of n iid N(0,1))
+    logit P* = a~[i] * v[j] + e[i]                  (a~ = discrimination * s,
+                                                      e = intercept + discrimination * m)
+
+Together ``m, s, v`` are exactly ``n`` iid ``Normal(0, 1)`` abilities. The
+radius ``|u|`` enters nothing but its own prior, chosen tight around
+``sqrt(n-1)`` (with the spherical Jacobian) so it costs the sampler nothing.
+The item priors of the model (``IRTConfig``) are written on the original
+scale, so ``m`` and ``s`` meet only a few subtask-level parameters.
+
+For the 1PL (discrimination 1) the scale is identified by the data and only
+the location is decoupled.
+
+Other parameterizations (``"slope-intercept"``: centered ``a * theta + d``
+with ``theta ~ N(0, 1)``; ``"textbook"``: centered ``a * (theta - b)``) are
+kept for the sampling benchmark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .config import IRTConfig
+from .data import IRTData
+
+PARAMETERIZATIONS = ("decoupled", "slope-intercept", "textbook")
+
+#: Prior sd of the radius of ``u`` around sqrt(n-1): close to each u's posterior sd.
+RADIUS_SD = 0.15
+
+
+def initial_values(data: IRTData) -> dict[str, np.ndarray]:
+    """Data-driven starting values: standardized llm accuracy and item logits."""
+    obs = data.observed
+    with np.errstate(invalid="ignore"):
+        acc = np.nanmean(data.values, axis=1)
+        p_item = np.nanmean(data.values, axis=0)
+    n = data.n_llms
+    acc = np.clip(acc, 0.5 / max(obs.sum(axis=1).max(), 1), 1 - 0.5 / max(obs.sum(axis=1).max(), 1))
+    score = np.log(acc / (1 - acc))
+    score = score - score.mean()
+    sd = score.std(ddof=1)
+    z = score / sd if sd > 0 else np.linspace(-1, 1, n) - np.linspace(-1, 1, n).mean()
+    z = z * np.sqrt(n - 1) / np.sqrt(np.sum(z**2))
+    p_item = np.clip(p_item, 0.02, 0.98)
+    logit_item = np.log(p_item / (1 - p_item))
+    return {"z": z, "logit_item": logit_item}
+
+
+def build(
+    data: IRTData,
+    config: IRTConfig,
+    *,
+    parameterization: str = "decoupled",
+    float32: bool = True,
+) -> Any:
+    """Return the :class:`pymc.Model` for ``data`` under ``config``."""
+    import pymc as pm
+    import pytensor
+    import pytensor.tensor as pt
+
+    if parameterization not in PARAMETERIZATIONS:
+        raise ValueError(f"parameterization must be one of {PARAMETERIZATIONS}")
+    dtype = "float32" if float32 else "float64"
+    n_l = data.n_llms
+    sub = data.subtask_codes
+    init = initial_values(data)
+    two_pl = config.model in ("2pl", "3pl")
+    coords = {"llm": data.llms, "item": data.items, "subtask": data.subtasks}
+
+    with pytensor.config.change_flags(floatX=dtype), pm.Model(coords=coords) as model:
+
+        def cast(x: np.ndarray) -> Any:
+            return pt.as_tensor_variable(np.asarray(x, dtype=dtype))
+
+        # ---------------------------------------------------------------- items
+        sd_d = pm.HalfNormal("intercept_sd", config.intercept_sd_scale, dims="subtask")
+        decoupled_1pl = parameterization == "decoupled" and not two_pl
+        if not decoupled_1pl:
+            mu_d = pm.Normal("intercept_mean", 0.0, config.intercept_mean_sd, dims="subtask")
+        e_init = init["logit_item"].astype(dtype)
+
+        if parameterization == "decoupled":
+            m = pm.Normal("m", 0.0, 1.0 / np.sqrt(n_l))
+            u = pm.ZeroSumNormal("u", sigma=1.0, dims="llm", initval=init["z"].astype(dtype))
+            if two_pl:
+                r = pt.sqrt(pt.sum(u**2))
+                r0 = float(np.sqrt(n_l - 1.0))
+                # cancel the ZeroSumNormal radial density, impose a tight radius prior
+                pm.Potential(
+                    "radius_prior",
+                    r**2 / 2 - (r - r0) ** 2 / (2 * RADIUS_SD**2) - (n_l - 2) * pt.log(r),
+                )
+                v = u * (r0 / r)
+                s2 = pm.Gamma("s2", alpha=(n_l - 1) / 2, beta=(n_l - 1) / 2, initval=1.0)
+                log_s = 0.5 * pt.log(s2)
+                mu_lat = pm.Flat("log_disc_mean_scaled", dims="subtask")
+                pm.Potential(
+                    "log_disc_mean_prior",
+                    pm.logp(pm.Normal.dist(0.0, config.log_disc_mean_sd), mu_lat - log_s).sum(),
+                )
+                sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
+                lat = pm.Normal("log_disc_scaled", mu_lat[sub], sd_la[sub], dims="item")
+                a_lik = pt.exp(lat)
+                a_true = a_lik / pt.exp(log_s)
+                e = pm.Flat("e", dims="item", initval=e_init)
+                pm.Potential(
+                    "intercept_prior",
+                    pm.logp(pm.Normal.dist(mu_d[sub], sd_d[sub]), e - a_true * m).sum(),
+                )
+            else:
+                v = u
+                a_lik = None
+                # intercept = e - m, so intercept_mean = mu_e - m carries the configured prior
+                mu_e = pm.Flat("intercept_mean_shifted", dims="subtask")
+                pm.Potential(
+                    "intercept_mean_prior",
+                    pm.logp(pm.Normal.dist(0.0, config.intercept_mean_sd), mu_e - m).sum(),
+                )
+                e = pm.Normal("e", mu_e[sub], sd_d[sub], dims="item", initval=e_init)
+            theta_lik = v
+        else:
+            theta = pm.Normal("theta", 0.0, 1.0, dims="llm", initval=init["z"].astype(dtype))
+            theta_lik = theta
+            if two_pl:
+                mu_la = pm.Normal("log_disc_mean", 0.0, config.log_disc_mean_sd, dims="subtask")
+                sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
+                la = pm.Normal("log_discrimination", mu_la[sub], sd_la[sub], dims="item")
+                a_lik = pt.exp(la)
+            else:
+                a_lik = None
+            if parameterization == "slope-intercept":
+                e = pm.Normal("intercept", mu_d[sub], sd_d[sub], dims="item", initval=e_init)
+            else:  # textbook: hierarchical prior on the difficulty, eta = a * (theta - b)
+                b = pm.Normal("difficulty", mu_d[sub], sd_d[sub], dims="item", initval=-e_init)
+                e = -b * (a_lik if a_lik is not None else 1.0)
+
+        # ----------------------------------------------------------- guessing
+        guess = None
+        if config.model == "3pl":
+            fixed = data.guessing_fixed
+            learn = np.isnan(fixed)
+            if learn.any():
+                k = config.guessing_strength
+                c_learn = pm.Beta(
+                    "guessing_learned",
+                    alpha=config.guessing_mean * k,
+                    beta=(1 - config.guessing_mean) * k,
+                    shape=int(learn.sum()),
+                )
+                guess = pt.set_subtensor(
+                    cast(np.where(learn, 0.0, fixed))[np.nonzero(learn)[0]], c_learn
+                )
+            else:
+                guess = cast(fixed)
+
+        # --------------------------------------------------------- likelihood
+        pm.Potential("loglik", _loglik(data, theta_lik, a_lik, e, guess, cast))
+    return model
+
+
+def _loglik(data: IRTData, theta: Any, a: Any, e: Any, guess: Any, cast: Any) -> Any:
+    """Bernoulli-logit log likelihood of the observed cells (missing cells left out)."""
+    import pytensor.tensor as pt
+
+    obs = data.observed
+    y0 = np.where(obs, data.values, 0.0)
+    if data.dense:
+        slope = theta[:, None] * (a[None, :] if a is not None else 1.0)
+        eta = slope + e[None, :]
+        if guess is None:
+            # sum y * eta computed as theta' Y a + e' colsum(Y): one matrix-vector product
+            lin = (
+                pt.dot(theta, pt.dot(cast(y0), a))
+                if a is not None
+                else pt.dot(theta, cast(y0.sum(1)))
+            ) + pt.dot(e, cast(y0.sum(0)))
+            sp = pt.softplus(eta)
+            return lin - (sp.sum() if data.complete else (cast(obs) * sp).sum())
+        log_c = pt.log(pt.maximum(guess, 1e-12))[None, :]
+        log_1mc = pt.log1p(-guess)[None, :]
+        log_p = pt.logaddexp(log_c, log_1mc - pt.softplus(-eta))
+        log_q = log_1mc - pt.softplus(eta)
+        cell = cast(y0) * log_p + cast(obs & (data.values == 0)) * log_q
+        return cell.sum()
+    rows, cols = np.nonzero(obs)
+    y = data.values[rows, cols]
+    eta_k = theta[rows] * (a[cols] if a is not None else 1.0) + e[cols]
+    if guess is None:
+        return (cast(y) * eta_k).sum() - pt.softplus(eta_k).sum()
+    c = guess[cols]
+    log_p = pt.logaddexp(pt.log(pt.maximum(c, 1e-12)), pt.log1p(-c) - pt.softplus(-eta_k))
+    log_q = pt.log1p(-c) - pt.softplus(eta_k)
+    return (cast(y) * log_p + cast(1.0 - y) * log_q).sum()
+
+
+# ------------------------------------------------------------------ output
+def to_saved_scale(
+    raw: dict[str, np.ndarray], data: IRTData, config: IRTConfig, parameterization: str
+) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+    """Map sampled variables (leading dims chain, draw) to the saved parameters.
+
+    Returns ``name -> (dims, values)`` with ``ability``, ``difficulty``,
+    ``discrimination``, ``intercept``, ``guessing`` (3PL) and the subtask-level
+    ``intercept_mean``, ``intercept_sd``, ``log_disc_mean``, ``log_disc_sd``.
+    """
+    two_pl = config.model in ("2pl", "3pl")
+    f64 = {k: np.asarray(v, dtype=np.float64) for k, v in raw.items()}
+    lead = f64["intercept_sd"].shape[:-1]
+    n_l, n_i = data.n_llms, data.n_items
+    out: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
+    if parameterization == "decoupled":
+        m = f64["m"][..., None]
+        u = f64["u"]
+        if two_pl:
+            r = np.sqrt(np.sum(u**2, axis=-1, keepdims=True))
+            v = u * np.sqrt(n_l - 1.0) / r
+            s = np.sqrt(f64["s2"])[..., None]
+            ability = m + s * v
+            a = np.exp(f64["log_disc_scaled"]) / s
+            intercept = f64["e"] - a * m
+            log_disc_mean = f64["log_disc_mean_scaled"] - np.log(s)
+            out["log_disc_mean"] = (("subtask",), log_disc_mean)
+            out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
+        else:
+            ability = m + u
+            a = np.ones((*lead, n_i))
+            intercept = f64["e"] - m
+            f64["intercept_mean"] = f64["intercept_mean_shifted"] - m
+    else:
+        ability = f64["theta"]
+        if two_pl:
+            a = np.exp(f64["log_discrimination"])
+            out["log_disc_mean"] = (("subtask",), f64["log_disc_mean"])
+            out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
+        else:
+            a = np.ones((*lead, n_i))
+        if parameterization == "slope-intercept":
+            intercept = f64["intercept"]
+        else:
+            intercept = -f64["difficulty"] * a
+    out["ability"] = (("llm",), ability)
+    out["discrimination"] = (("item",), a)
+    out["intercept"] = (("item",), intercept)
+    out["difficulty"] = (("item",), -intercept / a)
+    out["intercept_mean"] = (("subtask",), f64["intercept_mean"])
+    out["intercept_sd"] = (("subtask",), f64["intercept_sd"])
+    if config.model == "3pl":
+        fixed = data.guessing_fixed
+        learn = np.isnan(fixed)
+        g = np.broadcast_to(np.where(learn, 0.0, fixed), (*lead, n_i)).copy()
+        if learn.any():
+            g[..., learn] = f64["guessing_learned"]
+        out["guessing"] = (("item",), g)
+    return out
+
+
+def raw_names(model: Any) -> list[str]:
+    """The free variables of ``model`` (the names a sampler returns)."""
+    return [rv.name for rv in model.free_RVs]

@@ -1,0 +1,233 @@
+"""NUTS on GPQA (420 x 448): our parameterizations and back ends vs py-irt's SVI, side by side.
+
+Each variant runs in a fresh subprocess (so compile time counts, and CPU time
+and peak memory are measured per variant), one after the other, in the same
+run as py-irt's hierarchical 2PL SVI (2000 epochs, the tinyBenchmarks recipe)
+when its throwaway environment exists (``/work/pyirt-env/bin/python`` or
+``$PYIRT_PYTHON``; see ``benchmarks/reference/setup_pyirt.sh``).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_irt_sampling.py                 # default variants
+    .venv/bin/python benchmarks/bench_irt_sampling.py --variants decoupled-numpyro,3pl
+    .venv/bin/python benchmarks/bench_irt_sampling.py --no-report     # print only
+
+Figures: wall seconds of the whole fit (model build + compile + tune + draws),
+CPU seconds of the process (on a machine shared with other jobs the wall time
+inflates, CPU time much less; with 2 parallel chains the unloaded wall time is
+roughly CPU / 2), worst R-hat, worst bulk ESS, divergences, mean leapfrog steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+GPQA = ROOT.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
+
+# name -> (model, parameterization, backend, extra config)
+VARIANTS: dict[str, tuple[str, str, str, dict]] = {
+    "decoupled-numpyro": ("2pl", "decoupled", "numpyro", {}),
+    "decoupled-nutpie": ("2pl", "decoupled", "nutpie", {}),
+    "slope-intercept-numpyro": ("2pl", "slope-intercept", "numpyro", {}),
+    "textbook-numpyro": ("2pl", "textbook", "numpyro", {}),
+    "3pl": ("3pl", "decoupled", "numpyro", {"n_options": 4}),
+}
+DEFAULT = ["decoupled-numpyro", "slope-intercept-numpyro", "3pl"]
+
+
+def one(name: str, tune: int, draws: int, seed: int) -> dict:
+    """Fit one variant in this process and return its figures."""
+    import warnings
+
+    from bayes_microbench import load_responses
+    from bayes_microbench.exceptions import ConvergenceWarning
+    from bayes_microbench.irt import IRTModel
+
+    model, param, backend, config = VARIANTS[name]
+    start = time.perf_counter()
+    resp = load_responses(GPQA)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fit = IRTModel(resp, model, config=config).fit(
+            "nuts",
+            tune=tune,
+            draws=draws,
+            chains=2,
+            random_seed=seed,
+            backend=backend,
+            parameterization=param,
+        )
+    wall = time.perf_counter() - start
+    d = fit.diagnostics
+    assert d is not None
+    return {
+        "variant": name,
+        "model": model,
+        "parameterization": param,
+        "backend": backend,
+        "wall_s": wall,
+        "sampling_s": fit.wall_seconds,
+        "max_rhat": d.max_rhat,
+        "worst_rhat": d.worst_rhat,
+        "min_ess_bulk": d.min_ess_bulk,
+        "worst_ess": d.worst_ess_bulk,
+        "min_ess_tail": d.min_ess_tail,
+        "divergences": d.divergences,
+        "min_bfmi": d.min_bfmi,
+        "steps": d.mean_tree_size,
+        "converged": d.ok,
+    }
+
+
+def _child(cmd: list[str], timeout: float) -> tuple[dict | None, float, float, float, str]:
+    """Run ``cmd``; return (last JSON line, wall s, CPU s, peak MiB, error tail)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        out, err, ok = proc.stdout, proc.stderr, proc.returncode == 0
+    except subprocess.TimeoutExpired:
+        out, err, ok = "", f"timed out after {timeout:.0f} s", False
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    peak = after.ru_maxrss / 1024
+    result = None
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                result = json.loads(line)
+                break
+            except json.JSONDecodeError:
+                continue
+    tail = "" if ok else (err.strip().splitlines() or ["failed"])[-1][:200]
+    return result, wall, cpu, peak, tail
+
+
+def pyirt_python() -> str | None:
+    env = os.environ.get("PYIRT_PYTHON")
+    if env and Path(env).exists():
+        return env
+    default = Path("/work/pyirt-env/bin/python")
+    return str(default) if default.exists() else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", default=",".join(DEFAULT))
+    parser.add_argument("--tune", type=int, default=1000)
+    parser.add_argument("--draws", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--no-report", action="store_true")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one, args.tune, args.draws, args.seed), default=float))
+        return 0
+    if not GPQA.exists():
+        print(f"{GPQA} not present; nothing to benchmark", file=sys.stderr)
+        return 1
+    names = [v for v in args.variants.split(",") if v]
+    rows = []
+    for name in names:
+        if name not in VARIANTS:
+            parser.error(f"unknown variant {name!r}; known: {list(VARIANTS)}")
+        cmd = [sys.executable, __file__, "--one", name, "--tune", str(args.tune)]
+        cmd += ["--draws", str(args.draws), "--seed", str(args.seed)]
+        load0 = os.getloadavg()[0]
+        res, wall, cpu, peak, err = _child(cmd, args.timeout)
+        row = {"variant": name, "wall_s": wall, "cpu_s": cpu, "peak_mib": peak, "load": load0}
+        row.update({k: v for k, v in (res or {}).items() if k not in row})
+        row["error"] = err
+        print(json.dumps(row, default=float), flush=True)
+        rows.append(row)
+    py = pyirt_python()
+    ref = None
+    if py:
+        cmd = [py, str(HERE / "reference" / "run_pyirt.py"), "--responses", str(GPQA)]
+        cmd += ["--epochs", "2000"]
+        load0 = os.getloadavg()[0]
+        res, wall, cpu, peak, err = _child(cmd, args.timeout)
+        ref = {"wall_s": wall, "cpu_s": cpu, "peak_mib": peak, "load": load0, "error": err}
+        if res:
+            ref["reported_wall_s"] = res.get("wall_seconds")
+        print(json.dumps({"py-irt": ref}, default=float), flush=True)
+    if not args.no_report:
+        report(rows, ref, args)
+    return 0
+
+
+def _f(x: object, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def report(rows: list[dict], ref: dict | None, args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(HERE))
+    from _report import write_section
+
+    lines = [
+        f"GPQA 420 x 448, NUTS 2 chains x ({args.tune} tune + {args.draws} draws), seed "
+        f"{args.seed}; each variant a fresh process (build + JAX compile + sampling counted). "
+        "Converged = every R-hat <= 1.01, every bulk and tail ESS >= 400, no divergences, "
+        "BFMI >= 0.3 over ability, difficulty, discrimination, intercept and the subtask "
+        "parameters. `load` is the 1-minute load average when the variant started "
+        "(2 cores, shared with other jobs: wall times inflate with load; CPU seconds less so).",
+        "",
+        "| variant | wall s | CPU s | peak MiB | max R-hat | min bulk ESS | divergences | "
+        "leapfrog steps/draw | converged | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.get("error"):
+            lines.append(
+                f"| {r['variant']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | - | - | - | - | - | "
+                f"failed: {r['error']} | {r['load']:.1f} |"
+            )
+            continue
+        lines.append(
+            f"| {r['variant']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_mib']:.0f} | "
+            f"{_f(r.get('max_rhat'), '.4f')} | {_f(r.get('min_ess_bulk'), '.0f')} | "
+            f"{r.get('divergences')} | {_f(r.get('steps'), '.1f')} | {r.get('converged')} | "
+            f"{r['load']:.1f} |"
+        )
+    lines.append("")
+    if ref is None:
+        lines.append(
+            "py-irt reference: **not measured in this run** (no /work/pyirt-env/bin/python "
+            "or $PYIRT_PYTHON; see benchmarks/reference/setup_pyirt.sh)."
+        )
+    elif ref.get("error"):
+        lines.append(f"py-irt reference failed in this run: {ref['error']}")
+    else:
+        ours = next(
+            (r for r in rows if r["variant"] == "decoupled-numpyro" and not r["error"]), None
+        )
+        lines.append(
+            f"py-irt hierarchical 2PL SVI, 2000 epochs (same run): wall {ref['wall_s']:.1f} s "
+            f"(its own timer: {_f(ref.get('reported_wall_s'), '.1f')} s), CPU {ref['cpu_s']:.0f} s, "
+            f"load {ref['load']:.1f} at start."
+        )
+        if ours:
+            lines.append(
+                f"Ratio ours (decoupled-numpyro, full NUTS posterior) / py-irt (SVI point fit): "
+                f"wall {ours['wall_s'] / ref['wall_s']:.2f}, CPU {ours['cpu_s'] / max(ref['cpu_s'], 1e-9):.2f}."
+            )
+    write_section(
+        "bench_irt_sampling",
+        "IRT sampling on GPQA: parameterizations, back ends, py-irt",
+        "\n".join(lines),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

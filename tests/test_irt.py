@@ -1,0 +1,238 @@
+"""Tests of the Bayesian IRT engine (bayes_microbench.irt).
+
+Fast tier: configuration checks (no sampling) and one shared tiny NUTS fit
+(seeded, tune = draws = 150 on 50 llms x 60 items) plus tiny approximations.
+Slow tier (``-m slow``): parameter recovery at 300 x 500 and interval coverage
+over replicates; the same studies run with figures from
+``benchmarks/study_irt_validity.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from bayes_microbench import simulate_responses
+from bayes_microbench.exceptions import (
+    ConfigurationError,
+    ConvergenceWarning,
+    IncompatibleArtifactError,
+    ResponsesError,
+)
+from bayes_microbench.irt import IRTConfig, IRTModel, load_posterior
+from bayes_microbench.responses import Responses
+
+
+def _pmean(fit, name):
+    return fit.posterior[name].mean(("chain", "draw")).values
+
+
+def _corr(a, b):
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+# ------------------------------------------------------------------ no MCMC
+def test_config_rejects_unknown_key_and_bad_values():
+    with pytest.raises(ConfigurationError, match="unknown IRT configuration key"):
+        IRTConfig.from_dict({"nope": 1})
+    with pytest.raises(ConfigurationError, match="model must be one of"):
+        IRTConfig.from_dict({"model": "4pl"})
+    with pytest.raises(ConfigurationError, match="n_options"):
+        IRTConfig.from_dict({"n_options": 1})
+    assert IRTConfig().hash() == IRTConfig.from_dict({}).hash()
+    assert IRTConfig().hash() != IRTConfig.from_dict({"intercept_sd_scale": 2.0}).hash()
+
+
+def test_import_does_not_load_pymc():
+    code = "import sys, bayes_microbench.irt; print('pymc' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_bad_inputs_are_user_errors():
+    resp = simulate_responses("gpqa", n_llms=10, n_items=12, random_seed=0)
+    with pytest.raises(ConfigurationError, match="method must be one of"):
+        IRTModel(resp, "2pl").fit("hmc")
+    with pytest.raises(ConfigurationError, match="backend must be one of"):
+        IRTModel(resp, "2pl").fit(backend="stan")
+    with pytest.raises(ConfigurationError, match=r"whole number >= 2"):
+        IRTModel(resp, "3pl", config={"n_options": 1})
+    with pytest.raises(ConfigurationError, match="not fitted"):
+        _ = IRTModel(resp, "2pl").posterior
+    with pytest.raises(ResponsesError, match="Responses object"):
+        IRTModel(np.zeros((3, 3)), "2pl")  # type: ignore[arg-type]
+
+
+def test_perfect_llms_and_items_are_named(caplog):
+    values = np.array([[1, 1, 1, 0], [1, 0, 1, 0], [0, 1, 1, 0], [0, 0, 1, 0]], dtype=float)
+    resp = Responses.from_arrays(values, ["a", "b", "c", "d"], ["i1", "i2", "i3", "i4"])
+    model = IRTModel(resp, "2pl")
+    assert model.data.notes["items_all_correct"] == ["i3"]
+    assert model.data.notes["items_all_wrong"] == ["i4"]
+    assert "items all correct: ['i3']" in caplog.text
+
+
+def test_3pl_guessing_fixed_from_n_options_and_learned_when_unknown():
+    resp = simulate_responses("gpqa", n_llms=10, n_items=12, random_seed=0)  # n_options = 4
+    fixed = IRTModel(resp, "3pl").data.guessing_fixed
+    assert np.allclose(fixed, 0.25)
+    no_k = Responses.from_arrays(resp.values, resp.llms, resp.items)
+    assert np.isnan(IRTModel(no_k, "3pl").data.guessing_fixed).all()
+    assert np.allclose(IRTModel(no_k, "3pl", config={"n_options": 5}).data.guessing_fixed, 0.2)
+
+
+# ------------------------------------------------------- one tiny NUTS fit
+@pytest.fixture(scope="module")
+def tiny():
+    resp, truth = simulate_responses(
+        "gpqa",
+        n_llms=50,
+        n_items=60,
+        model="2pl",
+        n_subtasks=2,
+        difficulty_mean=0.0,
+        random_seed=3,
+        return_truth=True,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 150 draws: R-hat may miss 1.01
+        fit = IRTModel(resp, "2pl").fit(draws=150, tune=150, random_seed=5)
+    return resp, truth, fit
+
+
+def test_nuts_recovers_truth_on_tiny_data(tiny):
+    _, truth, fit = tiny
+    # 60 items per llm and 50 llms per item: correlations well above chance
+    assert _corr(_pmean(fit, "ability"), truth.ability.values) > 0.85
+    assert _corr(_pmean(fit, "difficulty"), truth.difficulty.values) > 0.8
+    post = fit.posterior
+    assert post["ability"].dims == ("chain", "draw", "llm")
+    assert post["difficulty"].dims == ("chain", "draw", "item")
+    assert post["intercept_sd"].dims == ("chain", "draw", "subtask")
+    assert post.sizes["subtask"] == 2
+    assert list(post["item_subtask"].values[:1]) == [
+        truth.difficulty.index[0].split(":")[0] + "/s0"
+    ]
+    assert post.attrs["ability_population"] == "normal(0,1)"
+    assert (post["discrimination"] > 0).all()
+
+
+def test_diagnostics_attached(tiny):
+    _, _, fit = tiny
+    d = fit.diagnostics
+    assert d is not None and d.n_chains == 2 and d.n_draws == 150
+    assert 1.0 <= d.max_rhat < 1.2
+    assert d.min_ess_bulk > 20
+    assert d.divergences == 0
+    assert np.isfinite(d.min_bfmi)
+
+
+def test_refit_raises(tiny):
+    _, _, fit = tiny
+    with pytest.raises(ConfigurationError, match="already fitted"):
+        fit.fit()
+
+
+def test_save_load_round_trip_and_refusals(tiny, tmp_path):
+    _, _, fit = tiny
+    path = fit.save(tmp_path / "post.nc")
+    loaded = load_posterior(path, config=fit.config)
+    assert loaded.config == fit.config
+    np.testing.assert_allclose(
+        loaded.posterior["ability"].values, fit.posterior["ability"].values, rtol=1e-5
+    )
+    assert (
+        loaded.diagnostics is not None and loaded.diagnostics.max_rhat == fit.diagnostics.max_rhat
+    )
+    with pytest.raises(IncompatibleArtifactError, match="another configuration"):
+        load_posterior(path, config={"model": "2pl", "intercept_sd_scale": 1.0})
+    small = fit.save(tmp_path / "items.nc", items_only=True, thin=3)
+    art = load_posterior(small)
+    assert art.items_only and "ability" not in art.posterior
+    assert art.posterior.sizes["draw"] == 50
+    # another format version is refused
+    import xarray as xr
+
+    tree = xr.open_datatree(path, engine="h5netcdf").load()
+    tree.attrs["format_version"] = 99
+    tree.to_netcdf(tmp_path / "old.nc", engine="h5netcdf")
+    with pytest.raises(IncompatibleArtifactError, match="format 99"):
+        load_posterior(tmp_path / "old.nc")
+    with pytest.raises(IncompatibleArtifactError, match="no such file"):
+        load_posterior(tmp_path / "absent.nc")
+
+
+def test_ppc_and_loo(tiny):
+    from bayes_microbench.irt.checks import loo, posterior_predictive_check
+
+    _, _, fit = tiny
+    ppc = posterior_predictive_check(fit, max_draws=100, random_seed=0)
+    s = ppc.summary
+    # a well-specified fit: few extreme p-values, small accuracy errors
+    assert s["llm_accuracy_ppp_outside_5_95"] <= 0.15 * s["n_llms"]
+    assert s["item_p_correct_mean_abs_error"] < 0.05
+    assert 0.02 < s["raw_score_sd_ppp"] < 0.98
+    assert ppc.llm["interval"].dims == ("llm", "ci_bound")
+    res = loo(fit, max_draws=100)
+    assert np.isfinite(res.elpd) and res.elpd < 0
+
+
+def test_cli_fit_json(tmp_path, capsys):
+    from bayes_microbench.cli import main
+    from bayes_microbench.io import save_responses
+
+    resp = simulate_responses("gpqa", n_llms=20, n_items=25, model="2pl", random_seed=2)
+    save_responses(resp, tmp_path / "r.csv")
+    out = tmp_path / "p.nc"
+    code = main(
+        ["fit", "--responses", str(tmp_path / "r.csv"), "--model", "2pl", "--method", "map",
+         "--output", str(out), "--json", "--quiet", "--seed", "1"]
+    )  # fmt: skip
+    assert code == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["output"] == str(out) and out.exists()
+    assert res["wall_seconds"] > 0 and "max_rhat" in res and "min_ess_bulk" in res
+    assert main(["fit", "--responses", str(tmp_path / "r.csv"), "--output", "x.txt"]) == 2
+
+
+@pytest.mark.parametrize("method", ["advi", "pathfinder"])
+def test_fast_approximations_recover_abilities(method):
+    resp, truth = simulate_responses(
+        "gpqa", n_llms=40, n_items=50, model="2pl", n_subtasks=1, difficulty_mean=0.0,
+        random_seed=4, return_truth=True,
+    )  # fmt: skip
+    fit = IRTModel(resp, "2pl").fit(method, draws=100, random_seed=0, advi_iterations=8000)
+    assert fit.posterior.sizes["draw"] == 100 * 2 // fit.posterior.sizes["chain"]
+    assert _corr(_pmean(fit, "ability"), truth.ability.values) > 0.85
+    assert float(fit.posterior["ability"].std(("chain", "draw")).mean()) > 0.05
+    assert fit.diagnostics is None and fit.converged is None
+
+
+# ---------------------------------------------------------------- slow tier
+@pytest.mark.slow
+def test_recovery_300_x_500():
+    resp, truth = simulate_responses(
+        "gpqa", n_llms=300, n_items=500, model="2pl", difficulty_mean=0.0, random_seed=11,
+        return_truth=True,
+    )  # fmt: skip
+    fit = IRTModel(resp, "2pl").fit(draws=500, tune=500, random_seed=1)
+    assert _corr(_pmean(fit, "ability"), truth.ability.values) >= 0.95
+    assert _corr(_pmean(fit, "difficulty"), truth.difficulty.values) >= 0.95
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["nuts", "advi", "pathfinder", "laplace"])
+def test_coverage_of_90_intervals(method):
+    from bayes_microbench.irt.validity import coverage_study
+
+    res = coverage_study(method, replicates=50, n_llms=40, n_items=50)
+    if method == "nuts":
+        assert 0.85 <= res["ability"] <= 0.95 and 0.85 <= res["difficulty"] <= 0.95
+    else:
+        # the fast paths are reported, not required to be calibrated; they must run
+        assert 0.0 < res["ability"] <= 1.0
