@@ -195,17 +195,23 @@ def run_grid(out: Path, budget_s: float) -> dict:
         "--output",
         str(out),
     ]
+    import threading
+
+    err_path = out.parent / "grid.stderr"
+    out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        _, err = proc.communicate(timeout=budget_s)
-        finished = proc.returncode == 0
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate()
-        finished = False
+    with open(err_path, "w") as err_fh:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_fh)
+        timer = threading.Timer(budget_s, proc.send_signal, args=(signal.SIGINT,))
+        timer.start()
+        # wait4: this child's own resource usage (peak RSS), not other children's
+        _, status, usage = os.wait4(proc.pid, 0)
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    finished = proc.returncode == 0
+    err = err_path.read_text()
     wall = time.perf_counter() - t0
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    peak_kib = usage.ru_maxrss
     cells = [json.loads(p.read_text())["metrics"] for p in sorted((out / "cells").glob("*.json"))]
     per_sel: dict[str, float] = defaultdict(float)
     n_cells: dict[str, int] = defaultdict(int)
@@ -219,6 +225,7 @@ def run_grid(out: Path, budget_s: float) -> dict:
         "stderr_tail": (err or "").strip().splitlines()[-1:] if not finished else [],
         "wall_s": wall,
         "peak_rss_mib": peak_kib / 1024,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
         "per_selector_s": dict(per_sel),
         "per_selector_cells": dict(n_cells),
         "n_cells": len(cells),
@@ -398,7 +405,7 @@ def render(
             f"- status: {status}; {grid['n_cells']} cell files written (245 study cells, plus 35 "
             "random-analytic ones written at the end)",
             f"- wall time: {grid['wall_s']:.0f} s; peak memory (max RSS of the evaluate process): "
-            f"{grid['peak_rss_mib']:.0f} MiB; load average at the end "
+            f"{grid['peak_rss_mib']:.0f} MiB; CPU {grid.get('cpu_s', float('nan')):.0f} s; load average at the end "
             + ", ".join(f"{x:.1f}" for x in grid.get("load_average", []))
             + "",
             "",
