@@ -146,6 +146,32 @@ def _as_dataset(posterior: Any) -> xr.Dataset:
     )
 
 
+def read_posterior(path: str) -> xr.Dataset:
+    """The ``posterior`` group of a saved IRT posterior file (validated by the IRT engine)."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserInputError(f"{p}: no such posterior file; fit one with 'bayes-microbench fit'")
+    from .irt import load_posterior
+
+    try:
+        return _as_dataset(load_posterior(p).posterior)
+    except ImportError:
+        # the engine reads with h5netcdf, which needs h5py; without it, read the
+        # same NetCDF-4 file with xarray's default engine (netCDF4)
+        logger.info("h5netcdf backend unavailable; reading %s with the default engine", p)
+    try:
+        tree = xr.open_datatree(p)
+        tree.load()
+        tree.close()
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"{p}: not a readable NetCDF posterior ({err})") from None
+    if "posterior" not in tree.children:
+        raise UserInputError(f"{p}: no posterior group; fit one with 'bayes-microbench fit'")
+    return _as_dataset(tree)
+
+
 def item_draws(
     posterior: Any,
     *,

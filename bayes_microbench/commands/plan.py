@@ -1,0 +1,102 @@
+"""``bayes-microbench plan``: how many items detect a given accuracy gap?
+
+The smallest subset size at which a pair of llms whose full-benchmark
+accuracies differ by ``--delta`` points is ranked correctly with probability
+``--prob``, with a credible interval, plus a table for gaps of 1, 2, 3, 5 and
+10 points.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ._common import add_output_flags, add_seed, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="smallest subset size that detects an accuracy gap (with an interval)",
+        description=__doc__,
+    )
+    p.add_argument("--posterior", required=True, metavar="PATH", help="saved posterior (.nc)")
+    p.add_argument("--delta", type=float, default=2.0, help="accuracy gap in points (default 2)")
+    p.add_argument("--prob", type=float, default=0.8, help="required P(correct) (default 0.8)")
+    p.add_argument(
+        "--selector", default="random", help="random (default), bayes-ranking or any selector"
+    )
+    p.add_argument("--ci-prob", type=float, default=None, help="interval probability (default 0.9)")
+    p.add_argument(
+        "--max-draws", type=int, default=1000, help="posterior draws used (default 1000)"
+    )
+    add_seed(p)
+    add_output_flags(p)
+    p.set_defaults(func=run)
+
+
+def _fmt(v: float) -> str:
+    return "more than all" if v == float("inf") else f"{v:.0f}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..design import plan
+    from ..scoring import read_posterior
+
+    posterior = read_posterior(args.posterior)
+    res = plan(
+        posterior,
+        args.delta,
+        prob=args.prob,
+        selector=args.selector,
+        ci_prob=args.ci_prob,
+        max_draws=args.max_draws,
+        random_seed=args.seed,
+    )
+    ci = float(res.attrs["ci_prob"])
+    rows = []
+    for k, gap in enumerate(res["gap"].to_numpy()):
+        lo, hi = res["n_required_interval"].to_numpy()[k]
+        rows.append(
+            {
+                "gap": float(gap),
+                "n_items": float(res["n_required"][k]),
+                "n_items_lower": float(lo),
+                "n_items_upper": float(hi),
+                "reached": bool(res["reached"][k]),
+            }
+        )
+    main = next(r for r in rows if r["gap"] == float(args.delta))
+    if args.json:
+        clean = [{k: (None if v == float("inf") else v) for k, v in r.items()} for r in rows]
+        print_json(
+            {
+                "delta": float(args.delta),
+                "prob": float(args.prob),
+                "selector": args.selector,
+                "ci_prob": ci,
+                "n_benchmark_items": int(res.attrs["n_benchmark_items"]),
+                "n_items": None if main["n_items"] == float("inf") else main["n_items"],
+                "n_items_lower": None
+                if main["n_items_lower"] == float("inf")
+                else main["n_items_lower"],
+                "n_items_upper": None
+                if main["n_items_upper"] == float("inf")
+                else main["n_items_upper"],
+                "table": clean,
+            }
+        )
+        return 0
+    n_b = int(res.attrs["n_benchmark_items"])
+    print(
+        f"{args.selector}: to rank a pair {args.delta:g} points apart correctly with "
+        f"P >= {args.prob:g}: n = {_fmt(main['n_items'])} items "
+        f"[{_fmt(main['n_items_lower'])}, {_fmt(main['n_items_upper'])}] ({ci:.0%} interval; "
+        f"benchmark has {n_b})"
+    )
+    print("  gap (points)   n items   interval")
+    for r in rows:
+        print(
+            f"  {r['gap']:>12g}   {_fmt(r['n_items']):>7}   "
+            f"[{_fmt(r['n_items_lower'])}, {_fmt(r['n_items_upper'])}]"
+        )
+    return 0

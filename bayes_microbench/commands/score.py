@@ -1,0 +1,74 @@
+"""``bayes-microbench score``: a new llm's full-benchmark accuracy from its responses on any subset.
+
+For each llm in the responses file, the posterior of its ability given its
+observed cells (integrating over the saved item posterior) and the posterior
+predictive of its accuracy on every item of the posterior, with a credible
+interval; beside it the Wilson interval of its subset accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ._common import add_output_flags, add_responses, add_seed, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "score",
+        help="estimate llms' full-benchmark accuracy from subset responses and a posterior",
+        description=__doc__,
+    )
+    p.add_argument("--posterior", required=True, metavar="PATH", help="saved posterior (.nc)")
+    add_responses(p)
+    p.add_argument("--ci-prob", type=float, default=None, help="interval probability (default 0.9)")
+    p.add_argument(
+        "--max-draws", type=int, default=1000, help="posterior draws used (default 1000)"
+    )
+    add_seed(p)
+    add_output_flags(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..io import load_responses
+    from ..scoring import read_posterior, score
+
+    posterior = read_posterior(args.posterior)
+    resp = load_responses(args.responses, args.items)
+    res = score(
+        posterior, resp, ci_prob=args.ci_prob, max_draws=args.max_draws, random_seed=args.seed
+    )
+    ci = float(res.attrs["ci_prob"])
+    rows = []
+    for k, llm in enumerate(res["llm"].to_numpy()):
+        lo, hi = res["accuracy_interval"].to_numpy()[k]
+        blo, bhi = res["binomial_interval"].to_numpy()[k]
+        rows.append(
+            {
+                "llm": str(llm),
+                "accuracy_mean": round(float(res["accuracy_mean"][k]), 6),
+                "accuracy_lower": round(float(lo), 6),
+                "accuracy_upper": round(float(hi), 6),
+                "n_observed": int(res["n_observed"][k]),
+                "observed_accuracy": round(float(res["observed_accuracy"][k]), 6),
+                "binomial_lower": round(float(blo), 6),
+                "binomial_upper": round(float(bhi), 6),
+            }
+        )
+    if args.json:
+        print_json(
+            {"ci_prob": ci, "n_benchmark_items": res.attrs["n_benchmark_items"], "llms": rows}
+        )
+        return 0
+    n_bench = res.attrs["n_benchmark_items"]
+    print(f"full-benchmark accuracy over {n_bench} items, {ci:.0%} intervals")
+    width = max(len("llm"), *(len(str(r["llm"])) for r in rows))
+    print(f"{'llm':<{width}}  n_obs  subset acc  bayes mean [interval]      wilson [interval]")
+    for r in rows:
+        print(
+            f"{r['llm']:<{width}}  {r['n_observed']:>5}  {r['observed_accuracy']:>10.3f}  "
+            f"{r['accuracy_mean']:.3f} [{r['accuracy_lower']:.3f}, {r['accuracy_upper']:.3f}]"
+            f"      [{r['binomial_lower']:.3f}, {r['binomial_upper']:.3f}]"
+        )
+    return 0

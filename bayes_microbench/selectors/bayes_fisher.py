@@ -1,0 +1,348 @@
+"""``bayes-fisher``: items that maximize expected Fisher information over the population.
+
+``prepare`` needs an item posterior for the *seen* items, learned from the
+source llms only. By default it fits one in a second (:func:`quick_item_posterior`:
+the joint posterior mode of a 2PL/3PL with ``ability ~ Normal(0, 1)``, then a
+Gaussian (Laplace) approximation of each item's parameters given the
+abilities, sampled). A precomputed posterior whose items are exactly the seen
+items can be passed instead (``BayesFisherSelector(item_draws=...)``; the
+design tools do this with the posterior they are given).
+
+Selection: greedy maximization of the Bayesian D-optimal criterion
+``E_θ[ log(1 + sum_{i in S} I_i(θ)) ]`` over the population ``θ ~ Normal(0, 1)``
+(Gauss-Hermite nodes), with the item information ``I_i(θ)`` of the 2PL/3PL
+averaged over the posterior draws. The log makes the criterion concave, so
+the greedy choice spreads items over the ability range instead of piling them
+at the population centre. ``subtask_balance=True`` gives each subtask a quota
+proportional to its size (largest remainder) and fills it greedily.
+
+Estimator (shared with ``bayes-ranking``): the posterior mean of the target's
+accuracy on the full seen set given its responses on the chosen items
+(:mod:`bayes_microbench.scoring`: observed correct + expected correct on the
+unobserved seen items, averaged over the ability posterior and the item
+draws). ``Selection.weights`` are proportional to the items' discriminations:
+under a 2PL the discrimination-weighted score is sufficient for ability, so
+this weighted mean ranks llms like the posterior-mean estimator (the design
+tools use these weights).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from numpy.polynomial.hermite_e import hermegauss
+from scipy.optimize import minimize
+
+from ..exceptions import UserInputError
+from ..scoring import ItemDraws, ability_grid, ability_posterior_samples, item_draws
+from .base import Seed, Selection, check_size
+
+logger = logging.getLogger(__name__)
+
+N_POSTERIOR_DRAWS = 100
+N_POPULATION_NODES = 20
+
+
+# ------------------------------------------------------------ quick item posterior
+def quick_item_posterior(
+    source: np.ndarray,
+    *,
+    model: str = "2pl",
+    n_options: int | None = None,
+    n_draws: int = N_POSTERIOR_DRAWS,
+    subtask: np.ndarray | None = None,
+    random_seed: Seed = None,
+) -> xr.Dataset:
+    """A fast approximate item posterior from a response matrix (1 / 0 / NaN).
+
+    The joint posterior mode of ``logit P* = a * θ + d`` (``θ ~ Normal(0, 1)``,
+    ``log a ~ Normal(0, 1)``, ``d ~ Normal(0, 3)``; 3PL: ``P = c + (1 - c) P*``
+    with ``c = 1 / n_options``) by L-BFGS, then for each item a Gaussian
+    approximation of ``(d, log a)`` given the modal abilities (its expected
+    information plus the prior), sampled ``n_draws`` times. Abilities are
+    treated as known in that step, so item uncertainty is slightly
+    understated; for selection this is immaterial.
+
+    Returns a posterior Dataset in the layout of :mod:`bayes_microbench.irt`
+    (``difficulty``, ``discrimination``, ``guessing``: chain, draw, item).
+    """
+    y = np.asarray(source, dtype=np.float64)
+    if y.ndim != 2 or y.shape[0] < 2 or y.shape[1] < 1:
+        raise UserInputError(
+            f"bayes selectors: need a source matrix of at least 2 llms x 1 item, got {y.shape}"
+        )
+    if model not in ("2pl", "3pl"):
+        raise UserInputError(f"bayes selectors: model must be '2pl' or '3pl', got {model!r}")
+    c = 0.0
+    if model == "3pl":
+        if n_options is None or n_options < 2:
+            raise UserInputError("bayes selectors: a 3PL needs n_options >= 2 (e.g. 4 for GPQA)")
+        c = 1.0 / n_options
+    mask = ~np.isnan(y)
+    yy = np.where(mask, y, 0.0)
+    n_l, n_i = y.shape
+    sd_log_a, sd_d = 1.0, 3.0
+    # start: abilities from standardized accuracies, intercepts from item logits
+    acc = np.nanmean(y, axis=1)
+    theta0 = (acc - acc.mean()) / (acc.std() + 1e-9)
+    p_item = np.clip((np.nanmean(y, axis=0) - c) / (1 - c), 0.02, 0.98)
+    x0 = np.concatenate([theta0, np.log(p_item / (1 - p_item)), np.zeros(n_i)])
+
+    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+        theta, d, log_a = x[:n_l], x[n_l : n_l + n_i], x[n_l + n_i :]
+        a = np.exp(log_a)
+        eta = theta[:, None] * a[None, :] + d[None, :]
+        s = 0.5 + 0.5 * np.tanh(0.5 * eta)
+        p = np.clip(c + (1 - c) * s, 1e-12, 1 - 1e-12)
+        ll = np.where(mask, yy * np.log(p) + (1 - yy) * np.log1p(-p), 0.0).sum()
+        g = np.where(mask, (yy - p) / (p * (1 - p)) * (1 - c) * s * (1 - s), 0.0)
+        lp = (
+            ll
+            - 0.5 * (theta @ theta)
+            - 0.5 * (d @ d) / sd_d**2
+            - 0.5 * (log_a @ log_a) / sd_log_a**2
+        )
+        grad = np.concatenate(
+            [
+                g @ a - theta,
+                g.sum(axis=0) - d / sd_d**2,
+                a * (theta @ g) - log_a / sd_log_a**2,
+            ]
+        )
+        return -lp, -grad
+
+    res = minimize(fun, x0, jac=True, method="L-BFGS-B", options={"maxiter": 2000})
+    theta, d, log_a = res.x[:n_l], res.x[n_l : n_l + n_i], res.x[n_l + n_i :]
+    a = np.exp(log_a)
+    eta = theta[:, None] * a[None, :] + d[None, :]
+    s = 0.5 + 0.5 * np.tanh(0.5 * eta)
+    p = np.clip(c + (1 - c) * s, 1e-12, 1 - 1e-12)
+    w = np.where(mask, ((1 - c) * s * (1 - s)) ** 2 / (p * (1 - p)), 0.0)
+    # expected information of (d, log a) given theta, plus the prior precision
+    j_dd = w.sum(axis=0) + 1 / sd_d**2
+    j_da = (w * theta[:, None]).sum(axis=0) * a
+    j_aa = (w * theta[:, None] ** 2).sum(axis=0) * a**2 + 1 / sd_log_a**2
+    det = j_dd * j_aa - j_da**2
+    cov = (
+        np.stack([np.stack([j_aa, -j_da], -1), np.stack([-j_da, j_dd], -1)], -2)
+        / det[:, None, None]
+    )
+    chol = np.linalg.cholesky(cov)  # (I, 2, 2)
+    rng = np.random.default_rng(random_seed)
+    z = rng.standard_normal((n_draws, n_i, 2))
+    eps = np.einsum("ijk,sik->sij", chol, z)
+    d_s = d[None, :] + eps[..., 0]
+    a_s = np.exp(log_a[None, :] + eps[..., 1])
+    items = np.asarray([f"item{i}" for i in range(n_i)], dtype=object)
+    sub = (
+        np.asarray([str(v) for v in subtask], dtype=object)
+        if subtask is not None
+        else np.full(n_i, "benchmark", dtype=object)
+    )
+    dims = ("chain", "draw", "item")
+    return xr.Dataset(
+        {
+            "difficulty": (dims, (-d_s / a_s)[None]),
+            "discrimination": (dims, a_s[None]),
+            "guessing": (dims, np.full((1, n_draws, n_i), c)),
+        },
+        coords={"chain": [0], "draw": np.arange(n_draws), "item": items, "subtask": ("item", sub)},
+        attrs={
+            "ability_population": "normal(0,1)",
+            "method": "quick joint MAP + per-item Laplace",
+            "converged": bool(res.success),
+        },
+    )
+
+
+# ------------------------------------------------------------------ shared base
+def information(draws: ItemDraws, theta: np.ndarray) -> np.ndarray:
+    """Fisher information of each item at each ability, averaged over draws: (T, I)."""
+    p = draws.prob(np.broadcast_to(theta, (draws.n_draws, len(theta))))  # (S, T, I)
+    c = draws.guessing[:, None, :]
+    a = draws.discrimination[:, None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        info = a**2 * (p - c) ** 2 * (1 - p) / ((1 - c) ** 2 * p)
+    return np.nan_to_num(info).mean(axis=0)
+
+
+def quotas(codes: np.ndarray, n: int) -> np.ndarray:
+    """Items per subtask for ``n`` items, proportional to subtask size (largest remainder)."""
+    sizes = np.bincount(codes)
+    exact = n * sizes / sizes.sum()
+    base = np.minimum(np.floor(exact).astype(int), sizes)
+    left = n - base.sum()
+    order = np.argsort(-(exact - base), kind="stable")
+    for k in order:  # at most n_subtasks steps
+        if left == 0:
+            break
+        if base[k] < sizes[k]:
+            base[k] += 1
+            left -= 1
+    return base
+
+
+@dataclass
+class PreparedBayes:
+    """Shared prepared state of the Bayesian selectors (order, weights, estimator)."""
+
+    name: str
+    n_seen: int
+    draws: ItemDraws
+    codes: np.ndarray
+    order_fn: Any
+    balance: bool
+    _cache: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def order(self, n: int) -> np.ndarray:
+        key = n if self.balance else -1
+        if key not in self._cache:
+            quota = quotas(self.codes, n) if self.balance else None
+            self._cache[key] = self.order_fn(n if self.balance else self.n_seen, quota)
+        return self._cache[key][:n]
+
+    def select(self, n: int, random_seed: Seed = None) -> Selection:
+        check_size(n, self.n_seen, self.name)
+        chosen = np.asarray(self.order(n), dtype=np.int64)
+        a = self.draws.discrimination.mean(axis=0)[chosen]
+        return Selection(items=chosen, weights=a / a.sum(), info={"estimator": "posterior mean"})
+
+    def estimate(self, selection: Selection, target: np.ndarray) -> np.ndarray:
+        """Posterior mean accuracy on the full seen set given the chosen items' responses."""
+        y = np.asarray(target, dtype=np.float64)
+        sub = self.draws.subset(selection.items)
+        ability, _ = ability_posterior_samples(sub, y, grid=ability_grid(), random_seed=0)
+        # expected correct on the unchosen seen items, per draw and target
+        p = self.draws.prob(ability)  # (S, L, N)
+        unchosen = np.ones(self.n_seen, dtype=bool)
+        unchosen[selection.items] = False
+        expected = (p * unchosen).sum(axis=2).mean(axis=0)
+        observed = np.nansum(y, axis=1)
+        # a chosen cell without a response contributes its expectation too
+        missing = np.isnan(y)
+        expected += (p[:, :, selection.items] * missing[None]).sum(axis=2).mean(axis=0)
+        return (observed + expected) / self.n_seen
+
+
+class _BayesSelectorBase:
+    name: str = ""
+
+    def __init__(
+        self,
+        *,
+        item_draws: ItemDraws | None = None,
+        model: str = "2pl",
+        n_options: int | None = None,
+        subtask_balance: bool = False,
+        n_draws: int = N_POSTERIOR_DRAWS,
+    ) -> None:
+        self.item_draws = item_draws
+        self.model = model
+        self.n_options = n_options
+        self.subtask_balance = subtask_balance
+        self.n_draws = n_draws
+
+    def with_item_draws(self, draws: ItemDraws) -> _BayesSelectorBase:
+        """The same selector using a precomputed posterior over exactly the seen items."""
+        return type(self)(
+            item_draws=draws,
+            model=self.model,
+            n_options=self.n_options,
+            subtask_balance=self.subtask_balance,
+            n_draws=self.n_draws,
+        )
+
+    def _draws(self, source: np.ndarray, codes: np.ndarray, random_seed: Seed) -> ItemDraws:
+        if self.item_draws is not None:
+            if self.item_draws.n_items != source.shape[1]:
+                raise UserInputError(
+                    f"{self.name}: the given posterior has {self.item_draws.n_items} items but "
+                    f"the source has {source.shape[1]} seen items; they must be the same items"
+                )
+            return self.item_draws
+        post = quick_item_posterior(
+            source,
+            model=self.model,
+            n_options=self.n_options,
+            n_draws=self.n_draws,
+            subtask=codes,
+            random_seed=random_seed,
+        )
+        return item_draws(post, max_draws=None)
+
+    def _order_fn(self, draws: ItemDraws, codes: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def prepare(
+        self,
+        source: np.ndarray,
+        subtask_codes: np.ndarray,
+        confidence: np.ndarray | None = None,
+        random_seed: Seed = None,
+    ) -> PreparedBayes:
+        codes = np.asarray(subtask_codes, dtype=np.int64)
+        draws = self._draws(np.asarray(source, dtype=np.float64), codes, random_seed)
+        return PreparedBayes(
+            name=self.name,
+            n_seen=draws.n_items,
+            draws=draws,
+            codes=codes,
+            order_fn=self._order_fn(draws, codes),
+            balance=self.subtask_balance,
+        )
+
+
+def greedy(
+    gain: Any, n_items: int, n: int, codes: np.ndarray, quota: np.ndarray | None
+) -> np.ndarray:
+    """Greedy order of ``n`` items; ``gain(state, chosen_mask)`` scores every candidate."""
+    chosen = np.zeros(n_items, dtype=bool)
+    taken = np.zeros(int(codes.max()) + 1 if len(codes) else 1, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
+    state = None
+    for k in range(n):  # one step per chosen item; each step scores all candidates at once
+        score, update = gain(state)
+        allowed = ~chosen
+        if quota is not None:
+            allowed &= taken[codes] < quota[codes]
+        score = np.where(allowed, score, -np.inf)
+        best = int(np.argmax(score))
+        order[k] = best
+        chosen[best] = True
+        taken[codes[best]] += 1
+        state = update(best)
+    return order
+
+
+@dataclass
+class _FisherState:
+    total: np.ndarray  # (T,) information of the chosen set at each node
+
+
+class BayesFisherSelector(_BayesSelectorBase):
+    """Greedy Bayesian D-optimal design over the population (see the module docstring)."""
+
+    name = "bayes-fisher"
+
+    def _order_fn(self, draws: ItemDraws, codes: np.ndarray) -> Any:
+        x, w = hermegauss(N_POPULATION_NODES)
+        w = w / w.sum()
+        info = information(draws, x)  # (T, I)
+
+        def order(n: int, quota: np.ndarray | None) -> np.ndarray:
+            def gain(state: np.ndarray | None) -> tuple[np.ndarray, Any]:
+                total = np.ones(len(x)) if state is None else state
+                score = w @ np.log1p(info / total[:, None])
+
+                def update(best: int) -> np.ndarray:
+                    return total + info[:, best]
+
+                return score, update
+
+            return greedy(gain, draws.n_items, n, codes, quota)
+
+        return order

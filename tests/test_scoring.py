@@ -1,0 +1,178 @@
+"""Scoring a new llm against an item posterior: exact math on simulated truth, no MCMC."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from bayes_microbench import Responses, UserInputError, simulate_responses
+from bayes_microbench.scoring import (
+    item_draws,
+    pairwise_ranking,
+    posterior_from_truth,
+    score,
+    wilson_interval,
+)
+
+
+@pytest.fixture(scope="module")
+def world():
+    resp, truth = simulate_responses(
+        "gpqa", n_llms=200, n_items=150, random_seed=11, return_truth=True
+    )
+    post = posterior_from_truth(truth, n_chains=2, n_draws=100, noise=0.03, random_seed=2)
+    return resp, truth, post
+
+
+def _random_subsets(resp: Responses, n: int, seed: int) -> Responses:
+    rng = np.random.default_rng(seed)
+    vals = resp.values.copy()
+    keep = np.argsort(rng.random(vals.shape), axis=1)[:, :n]
+    mask = np.ones(vals.shape, dtype=bool)
+    np.put_along_axis(mask, keep, False, axis=1)
+    vals[mask] = np.nan
+    return Responses.from_arrays(vals, resp.llms, resp.items, subtask=resp.item_subtask)
+
+
+def test_all_items_observed_is_exact_and_narrower_than_a_subset(world):
+    resp, _, post = world
+    few = resp.isel(llm=slice(0, 10))
+    full = score(post, few, random_seed=0)
+    np.testing.assert_allclose(full["accuracy_mean"], few.accuracy().to_numpy())
+    lo, hi = (
+        full["accuracy_interval"].sel(ci_bound="lower"),
+        full["accuracy_interval"].sel(ci_bound="upper"),
+    )
+    obs = few.accuracy().to_numpy()
+    assert ((lo <= obs) & (obs <= hi)).all()
+    sub = score(post, few.isel(item=slice(0, 20)), random_seed=0)
+    width_full = (hi - lo).to_numpy()
+    width_sub = sub["accuracy_interval"].diff("ci_bound").squeeze().to_numpy()
+    assert (width_full < width_sub).all() and width_sub.min() > 0.02
+
+
+def test_interval_calibration_on_simulated_llms(world):
+    """The realized full accuracy lies in the 90% interval for 80-97% of 200 llms."""
+    resp, _, post = world
+    res = score(post, _random_subsets(resp, 30, seed=5), ci_prob=0.9, random_seed=1)
+    iv = res["accuracy_interval"].to_numpy()
+    real = resp.accuracy().to_numpy()
+    coverage = ((iv[:, 0] <= real) & (real <= iv[:, 1])).mean()
+    assert 0.80 <= coverage <= 0.97, coverage
+    # Bayesian intervals borrow strength from the item model: narrower than Wilson's
+    wilson = res["binomial_interval"].to_numpy()
+    assert (iv[:, 1] - iv[:, 0]).mean() < 0.75 * (wilson[:, 1] - wilson[:, 0]).mean()
+    assert res["accuracy_interval"].attrs["ci_prob"] == 0.9
+
+
+def test_error_shrinks_with_more_items(world):
+    resp, _, post = world
+    real = resp.accuracy().to_numpy()
+    errs = []
+    for n in (10, 40, 120):
+        res = score(post, _random_subsets(resp, n, seed=n), max_draws=100, random_seed=3)
+        errs.append(np.abs(res["accuracy_mean"].to_numpy() - real).mean())
+    assert errs[0] > errs[1] > errs[2]
+    assert errs[2] < 0.02
+
+
+def test_same_seed_same_numbers_and_dims(world):
+    resp, _, post = world
+    few = resp.isel(llm=slice(0, 5), item=slice(0, 30))
+    a = score(post, few, random_seed=4)
+    b = score(post, few, random_seed=4)
+    xr.testing.assert_identical(a, b)
+    assert a["ability"].dims == ("chain", "draw", "llm")
+    assert list(a["ci_bound"].to_numpy()) == ["lower", "upper"]
+
+
+def test_unknown_items_are_listed(world):
+    resp, _, post = world
+    vals = np.array([[1.0, 0.0, 1.0]])
+    bad = Responses.from_arrays(vals, ["x"], [resp.items[0], "nope-1", "nope-2"])
+    with pytest.raises(UserInputError, match=r"2 item id\(s\) not in the posterior.*nope-1"):
+        score(post, bad)
+
+
+def test_pairwise_ranking_probabilities(world):
+    resp, truth, post = world
+    order = np.argsort(truth.expected_accuracy.to_numpy())
+    pick = resp.isel(llm=[order[0], order[-1], order[100]], item=slice(0, 60))
+    res = pairwise_ranking(score(post, pick, random_seed=0))
+    p = res["p_a_better"].to_numpy()
+    assert p[1, 0] > 0.8 > 0.2 > p[0, 1]  # the best llm beats the worst on the full benchmark
+    assert np.all(p + p.T <= 1.0 + 1e-12)
+    # observed on every item, the full-benchmark ranking is known: probability 0 or 1
+    known = pairwise_ranking(score(post, resp.isel(llm=[order[0], order[-1]]), random_seed=0))
+    acc = resp.isel(llm=[order[0], order[-1]]).accuracy().to_numpy()
+    assert known["p_a_better"].to_numpy()[1, 0] == float(acc[1] > acc[0])
+    m = res["p_subset_ranking_correct"].to_numpy()
+    assert np.all((m >= 0) & (m <= 1))
+
+
+def test_wilson_matches_closed_form():
+    lo, hi = wilson_interval(np.array(5), np.array(20), 0.95)
+    assert abs(lo - 0.1119) < 1e-3 and abs(hi - 0.4687) < 1e-3
+
+
+def test_item_draws_thins_and_validates(world):
+    _, _, post = world
+    d = item_draws(post, max_draws=50)
+    assert d.n_draws == 50 and d.n_items == 150
+    with pytest.raises(UserInputError, match="difficulty"):
+        item_draws(post.drop_vars("difficulty"))
+
+
+def _write_posterior(path, post):
+    from bayes_microbench.irt.config import FORMAT_VERSION, IRTConfig
+
+    cfg = IRTConfig.from_dict({"model": "3pl", "n_options": 4})
+    tree = xr.DataTree.from_dict({"posterior": post})
+    tree.attrs.update(
+        config_json=cfg.to_json(), config_hash=cfg.hash(), format_version=FORMAT_VERSION
+    )
+    tree.to_netcdf(path)
+    return path
+
+
+def test_cli_score_json(world, tmp_path, capsys):
+    from bayes_microbench import save_responses
+    from bayes_microbench.cli import main
+
+    resp, _, post = world
+    p = _write_posterior(tmp_path / "post.nc", post)
+    save_responses(resp.isel(llm=slice(0, 3), item=slice(0, 25)), tmp_path / "new.csv")
+    assert (
+        main(
+            [
+                "score",
+                "--posterior",
+                str(p),
+                "--responses",
+                str(tmp_path / "new.csv"),
+                "--json",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["llms"]) == 3
+    row = out["llms"][0]
+    assert set(row) >= {"llm", "accuracy_mean", "accuracy_lower", "accuracy_upper", "n_observed"}
+    assert row["accuracy_lower"] <= row["accuracy_mean"] <= row["accuracy_upper"]
+    assert row["n_observed"] == 25
+
+
+def test_cli_score_disagreeing_items_exit_2(world, tmp_path, capsys):
+    from bayes_microbench.cli import main
+
+    _, _, post = world
+    p = _write_posterior(tmp_path / "post.nc", post)
+    (tmp_path / "bad.csv").write_text("llm,zz-1,zz-2\nm1,1,0\n")
+    assert main(["score", "--posterior", str(p), "--responses", str(tmp_path / "bad.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "zz-1" in err[0] and "not in the posterior" in err[0]
