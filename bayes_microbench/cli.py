@@ -33,6 +33,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "import_",
     "report",
     "select",
+    "score",
+    "mdad",
+    "plan",
 )
 
 

@@ -23,6 +23,8 @@ SELECTORS: dict[str, tuple[str, str]] = {
     "tinybenchmarks-pirt": ("tinybenchmarks", "TinyBenchmarksPIRTSelector"),
     "tinybenchmarks-gpirt": ("tinybenchmarks", "TinyBenchmarksGPIRTSelector"),
     "diversity": ("diversity", "DiversitySelector"),
+    "bayes-fisher": ("bayes_fisher", "BayesFisherSelector"),
+    "bayes-ranking": ("bayes_ranking", "BayesRankingSelector"),
 }
 
 
