@@ -17,8 +17,10 @@ cells ``1``/``0``/empty for missing). Missing cells are left out of the fit.
 Output: ONE JSON line on stdout (everything py-irt, torch or pyro print goes to
 stderr) with ``wall_seconds`` (the SVI training loop alone, as py-irt's
 ``IrtModelTrainer.train`` runs it, including its per-improvement parameter
-export), ``total_seconds`` (CSV read, conversion to py-irt's jsonlines, dataset
-load, training and export, but not the imports, which ``import_seconds``
+export), ``cpu_seconds`` (the process's CPU time over the same loop: with
+``--threads 1``, a figure less sensitive to other load on the machine),
+``total_seconds`` (CSV read, conversion to py-irt's jsonlines, dataset load,
+training and export, but not the imports, which ``import_seconds``
 gives), the data's size and the peak resident memory. With ``--estimates``,
 py-irt's point estimates are written as a long CSV with columns
 ``parameter,id,dim,value``: ``parameter`` is ``ability`` (``id`` an llm),
@@ -264,9 +266,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             deterministic=args.deterministic,
         )
         trainer = IrtModelTrainer(data_path=data_path, config=config, verbose=False)
-        t_train = time.perf_counter()
+        t_train, c_train = time.perf_counter(), time.process_time()
         trainer.train(epochs=args.epochs, device="cpu")
         wall_seconds = time.perf_counter() - t_train
+        cpu_seconds = time.process_time() - c_train
     params = trainer.best_params if args.params == "best" else trainer.last_params
     if params is None:  # every epoch's loss was NaN/inf: py-irt never recorded a best
         raise RuntimeError("py-irt recorded no finite loss: the fit diverged")
@@ -295,6 +298,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "params": args.params,
         "wall_seconds": round(wall_seconds, 3),
+        "cpu_seconds": round(cpu_seconds, 3),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
         "total_seconds": round(total_seconds, 3),
         "import_seconds": round(import_seconds, 3),
         "n_llms": len(llms) - len(empty_llms),
