@@ -232,8 +232,12 @@ def item_draws(
             f"{preview(ds['item'].to_numpy()[bad].tolist())}; refit the posterior"
         )
     items = np.asarray([str(i) for i in ds["item"].to_numpy()], dtype=object)
-    if "subtask" in ds.coords and ds["subtask"].dims == ("item",):
-        subtask = np.asarray([str(s) for s in ds["subtask"].to_numpy()], dtype=object)
+    sub_name = next(
+        (n for n in ("subtask", "item_subtask") if n in ds.coords and ds[n].dims == ("item",)),
+        None,
+    )
+    if sub_name is not None:
+        subtask = np.asarray([str(s) for s in ds[sub_name].to_numpy()], dtype=object)
     else:
         subtask = np.full(len(items), "benchmark", dtype=object)
     chain = np.repeat(ds["chain"].to_numpy(), n_draw)

@@ -57,17 +57,25 @@ STUDY = {  # n: (mdad, lower, upper), points; the study's GPQA table
 SIZES = (10, 25, 50, 100, 200)
 
 
-def fit_posterior(train: Responses, method: str, seed: int):
+def fit_posterior(train: Responses, method: str, model: str, draws: int, seed: int):
     if method == "quick":
         post = quick_item_posterior(
-            train.values, model="3pl", n_options=4, n_draws=400, random_seed=seed
+            train.values,
+            model=model,
+            n_options=4 if model == "3pl" else None,
+            n_draws=400,
+            random_seed=seed,
         )
         return post.assign_coords(item=train.items, subtask=("item", train.item_subtask))
     from bayes_microbench.irt import IRTModel
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = IRTModel(train, "3pl", config={"n_options": 4}).fit(method=method, random_seed=seed)
+        fit = IRTModel(train, model).fit(
+            method=method, random_seed=seed, draws=draws, tune=draws, chains=2
+        )
+    logger_info = getattr(fit, "diagnostics", None)
+    print(f"engine fit ({model}, {method}): {logger_info}")
     return fit.posterior
 
 
@@ -97,6 +105,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--heldout", type=int, default=100)
     ap.add_argument("--method", default="quick")
+    ap.add_argument("--model", default="2pl", choices=["2pl", "3pl"])
+    ap.add_argument("--draws", type=int, default=500, help="engine NUTS draws = tune per chain")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-draws", type=int, default=400)
     args = ap.parse_args()
@@ -113,7 +123,7 @@ def main() -> None:
     truth = test.accuracy().to_numpy()
 
     t0 = time.perf_counter()
-    post = fit_posterior(train, args.method, args.seed)
+    post = fit_posterior(train, args.method, args.model, args.draws, args.seed)
     fit_s = time.perf_counter() - t0
     draws = item_draws(post, max_draws=args.max_draws)
 
@@ -182,8 +192,8 @@ def main() -> None:
     in_band = sum(0.85 <= c <= 0.95 for c in covs.values())
     body = f"""
 GPQA (`../shared/data/open-llm-leaderboard-v2/gpqa.csv`, 420 llms x 448 items, seed
-{args.seed}). Item posterior fitted on {train.n_llms} llms only (method `{args.method}`:
-{"joint posterior mode of a 3PL with guessing fixed at 1/4, then a per-item Laplace approximation given the modal abilities, 400 draws" if args.method == "quick" else "the IRT engine"}; {fit_s:.1f} s);
+{args.seed}). Item posterior fitted on {train.n_llms} llms only (model {args.model}, method `{args.method}`:
+{"joint posterior mode (abilities rescaled to mean 0, sd 1), then a per-item Laplace approximation given the modal abilities, 400 draws" if args.method == "quick" else f"the IRT engine, 2 chains x {args.draws} draws after {args.draws} tuning"}; {fit_s:.1f} s);
 {test.n_llms} held-out llms scored with {draws.n_draws} draws ({score_s:.0f} s for all rows).
 
 ### Scoring: held-out llms' true full accuracy inside the 90% interval (target 85-95%)

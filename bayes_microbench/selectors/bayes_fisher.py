@@ -61,7 +61,10 @@ def quick_item_posterior(
 
     The joint posterior mode of ``logit P* = a * θ + d`` (``θ ~ Normal(0, 1)``,
     ``log a ~ Normal(0, 1)``, ``d ~ Normal(0, 3)``; 3PL: ``P = c + (1 - c) P*``
-    with ``c = 1 / n_options``) by L-BFGS, then for each item a Gaussian
+    with ``c = 1 / n_options``) by L-BFGS, rescaled so that the source llms'
+    modal abilities have mean 0 and sd 1 (the joint mode shrinks abilities and
+    inflates slopes; this restores the population ``Normal(0, 1)`` the design
+    and scoring tools assume), then for each item a Gaussian
     approximation of ``(d, log a)`` given the modal abilities (its expected
     information plus the prior), sampled ``n_draws`` times. Abilities are
     treated as known in that step, so item uncertainty is slightly
@@ -83,6 +86,7 @@ def quick_item_posterior(
             raise UserInputError("bayes selectors: a 3PL needs n_options >= 2 (e.g. 4 for GPQA)")
         c = 1.0 / n_options
     mask = ~np.isnan(y)
+    complete = bool(mask.all())
     yy = np.where(mask, y, 0.0)
     n_l, n_i = y.shape
     sd_log_a, sd_d = 1.0, 3.0
@@ -98,8 +102,12 @@ def quick_item_posterior(
         eta = theta[:, None] * a[None, :] + d[None, :]
         s = 0.5 + 0.5 * np.tanh(0.5 * eta)
         p = np.clip(c + (1 - c) * s, 1e-12, 1 - 1e-12)
-        ll = np.where(mask, yy * np.log(p) + (1 - yy) * np.log1p(-p), 0.0).sum()
-        g = np.where(mask, (yy - p) / (p * (1 - p)) * (1 - c) * s * (1 - s), 0.0)
+        ll_cells = yy * np.log(p) + (1 - yy) * np.log1p(-p)
+        g = (yy - p) / (p * (1 - p)) * (1 - c) * s * (1 - s)
+        if not complete:
+            ll_cells *= mask
+            g *= mask
+        ll = ll_cells.sum()
         lp = (
             ll
             - 0.5 * (theta @ theta)
@@ -115,9 +123,16 @@ def quick_item_posterior(
         )
         return -lp, -grad
 
-    res = minimize(fun, x0, jac=True, method="L-BFGS-B", options={"maxiter": 2000})
+    res = minimize(fun, x0, jac=True, method="L-BFGS-B", options={"maxiter": 1500, "ftol": 1e-8})
     theta, d, log_a = res.x[:n_l], res.x[n_l : n_l + n_i], res.x[n_l + n_i :]
-    a = np.exp(log_a)
+    # The joint mode shrinks abilities and inflates slopes (the ability prior is cheap to
+    # satisfy that way); restore the identification "source llms ~ Normal(0, 1)" exactly:
+    # a*theta + d = (a*sd)*theta' + (d + a*mean) with theta' standardized.
+    t_mean, t_sd = theta.mean(), theta.std() + 1e-12
+    a = np.exp(log_a) * t_sd
+    d = d + np.exp(log_a) * t_mean
+    theta = (theta - t_mean) / t_sd
+    log_a = np.log(a)
     eta = theta[:, None] * a[None, :] + d[None, :]
     s = 0.5 + 0.5 * np.tanh(0.5 * eta)
     p = np.clip(c + (1 - c) * s, 1e-12, 1 - 1e-12)
