@@ -57,10 +57,9 @@ passed as ``source=`` (e.g. the data the posterior was fitted on). Selectors
 are re-run for ``n_replicates`` seeds (and simulated populations); draw ``s``
 uses replicate ``s mod n_replicates``, so the band carries the selection's
 randomness too. The estimator evaluated is the selection's weighted mean
-(``Selection.weights``); the Bayesian selectors set weights proportional to
-the items' discriminations, which ranks pairs like their posterior-mean
-estimator (under a 2PL the discrimination-weighted score is sufficient for
-ability).
+(``Selection.weights``); the Bayesian selectors set the weights of their
+posterior-mean estimator linearized at the population centre (see
+:func:`bayes_microbench.selectors.bayes_fisher.linearized_weights`).
 """
 
 from __future__ import annotations

@@ -20,10 +20,11 @@ Estimator (shared with ``bayes-ranking``): the posterior mean of the target's
 accuracy on the full seen set given its responses on the chosen items
 (:mod:`bayes_microbench.scoring`: observed correct + expected correct on the
 unobserved seen items, averaged over the ability posterior and the item
-draws). ``Selection.weights`` are proportional to the items' discriminations:
-under a 2PL the discrimination-weighted score is sufficient for ability, so
-this weighted mean ranks llms like the posterior-mean estimator (the design
-tools use these weights).
+draws). ``Selection.weights`` are those of this estimator linearized at the
+population centre (:func:`linearized_weights`): close to the discriminations
+for small subsets (under a 2PL the discrimination-weighted score is sufficient
+for ability), uniform as the subset approaches the full set. The design tools
+evaluate designs through these weights.
 """
 
 from __future__ import annotations
@@ -201,6 +202,31 @@ def quotas(codes: np.ndarray, n: int) -> np.ndarray:
     return base
 
 
+def linearized_weights(draws: ItemDraws, chosen: np.ndarray) -> np.ndarray:
+    """Item weights of the linearized posterior-mean accuracy estimator.
+
+    The estimate is ``(sum_S y_i + sum_{not S} p_j(θ̂)) / N``. Linearizing at the
+    population centre ``θ = 0`` (posterior-mean item parameters): ``θ̂`` moves by
+    ``h_i / (1 + sum_S I_i)`` per correct answer on item ``i`` (``h_i = p_i' / (p_i (1 - p_i))``,
+    ``I_i`` the item information), and the unchosen items' expected score by
+    ``sum_{not S} p_j'`` per unit of ``θ``. So the weights are ``1 + κ h_i`` with
+    ``κ = sum_{not S} p_j' / (1 + sum_S I_i)``, normalized: proportional to the
+    discrimination-like ``h_i`` for small subsets, uniform when ``S`` is everything.
+    """
+    mean = draws.mean()
+    p = mean.prob(np.zeros((1, 1)))[0, 0]
+    a, c = mean.discrimination[0], mean.guessing[0]
+    slope = a * (p - c) * (1 - p) / (1 - c)  # dp/dθ
+    h = slope / (p * (1 - p))
+    info = slope * h
+    unchosen = np.ones(draws.n_items, dtype=bool)
+    unchosen[chosen] = False
+    kappa = slope[unchosen].sum() / (1.0 + info[chosen].sum())
+    w = 1.0 + kappa * h[chosen]
+    w = np.maximum(w, 1e-12)
+    return w / w.sum()
+
+
 @dataclass
 class PreparedBayes:
     """Shared prepared state of the Bayesian selectors (order, weights, estimator)."""
@@ -223,8 +249,8 @@ class PreparedBayes:
     def select(self, n: int, random_seed: Seed = None) -> Selection:
         check_size(n, self.n_seen, self.name)
         chosen = np.asarray(self.order(n), dtype=np.int64)
-        a = self.draws.discrimination.mean(axis=0)[chosen]
-        return Selection(items=chosen, weights=a / a.sum(), info={"estimator": "posterior mean"})
+        w = linearized_weights(self.draws, chosen)
+        return Selection(items=chosen, weights=w, info={"estimator": "posterior mean"})
 
     def estimate(self, selection: Selection, target: np.ndarray) -> np.ndarray:
         """Posterior mean accuracy on the full seen set given the chosen items' responses."""
