@@ -409,7 +409,12 @@ def render(
             + ", ".join(f"{x:.1f}" for x in grid.get("load_average", []))
             + "",
             "",
-            "| selector | cells done | summed cell time (s) | share of grid compute |",
+            "Per-selector time is each cell's measured wall time inside the grid process (one "
+            "`prepare` per run and source count is shared by a selector's sizes and split evenly "
+            "over them); under this machine's load the process got about "
+            f"{100 * grid.get('cpu_s', float('nan')) / grid['wall_s']:.0f}% of a core.",
+            "",
+            "| selector | cells done | summed cell wall time (s) | share of grid time |",
             "|---|---|---|---|",
         ]
         for sel in STUDY_SELECTORS:
