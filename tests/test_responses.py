@@ -147,3 +147,12 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         save_responses(r, tmp_path / "out.csv")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_written_files_have_ordinary_permissions(tmp_path):
+    import os
+
+    paths = save_responses(small(), tmp_path / "out.csv")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert all((p.stat().st_mode & 0o777) == (0o666 & ~umask) for p in paths)
