@@ -14,9 +14,17 @@
    random selection (and the Bayesian and anchor-points designs), beside the
    study's empirical MDAD with its 95% CI; overlap check for random.
 
+3. (optional, ``--protocol-dir DIR``) the selectors in the study's real protocol:
+   tabulates the output of a ``bayes-microbench evaluate`` run (made beforehand, e.g.
+   ``evaluate --responses ../shared/data/open-llm-leaderboard-v2/gpqa.csv --selectors
+   random,anchor-points,bayes-fisher,bayes-ranking --sizes 10,25,50,100,200
+   --source-llms 300 --target-llms 50 --runs 30 --seed 0 --output DIR``) beside the
+   study's figures for the seven baselines.
+
 Usage::
 
-    .venv/bin/python benchmarks/study_design_calibration.py [--heldout 100] [--method quick]
+    .venv/bin/python benchmarks/study_design_calibration.py [--heldout 100] [--method nuts]
+        [--model 2pl] [--protocol-dir DIR]
 """
 
 from __future__ import annotations
@@ -53,6 +61,16 @@ STUDY = {  # n: (mdad, lower, upper), points; the study's GPQA table
         200: (1.5, 1.0, 2.0),
     },
     "anchor-points": {10: 6.5, 25: 5.5, 50: 5.0, 100: 4.5, 200: 3.5},
+}
+# the study's seen-split MDAD of its seven selectors (points), n = 10, 25, 50, 100, 200
+STUDY_ALL = {
+    "random": (25.5, 12.0, 7.5, 4.0, 1.5),
+    "random-subtask-equal": (16.0, 12.0, 8.0, 4.0, 1.5),
+    "random-subtask-proportional": (None, None, None, None, None),
+    "stratified-confidence": (19.0, 9.5, 6.5, 4.0, 1.0),
+    "anchor-points": (6.5, 5.5, 5.0, 4.5, 3.5),
+    "tinybenchmarks": (15.5, 9.5, 7.0, 4.5, 1.5),
+    "diversity": (15.5, 9.0, 6.0, 4.5, 2.0),
 }
 SIZES = (10, 25, 50, 100, 200)
 
@@ -101,6 +119,63 @@ def coverage_row(label: str, res, truth: np.ndarray) -> tuple[str, float]:
     return line, cov
 
 
+def markdown(frame) -> str:
+    cols = [str(c) for c in frame.columns]
+    lines = ["| n | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    for idx, row in frame.iterrows():
+        lines.append(f"| {idx} | " + " | ".join(f"{v:.3f}" for v in row.to_numpy()) + " |")
+    return "\n".join(lines)
+
+
+def protocol_section(folder: Path) -> str:
+    """Tabulate an ``evaluate`` run's seen-split MDAD beside the study's figures."""
+    import json
+
+    import pandas as pd
+
+    table = pd.read_csv(folder / "mdad.csv")
+    cfg = json.loads((folder / "config.json").read_text())["design"]
+    seen = table[(table["split"] == "seen") & (table["n_source_llms"] == 300)]
+    metrics = pd.read_parquet(folder / "metrics.parquet")
+    selectors = list(dict.fromkeys(seen["selector"]))
+    head = "| n | " + " | ".join(f"{s} (ours)" for s in selectors)
+    head += " | best of the study's seven (study) |"
+    rows = [head, "|" + "---|" * (len(selectors) + 2)]
+    for k, n in enumerate(SIZES):
+        cells = []
+        for sel in selectors:
+            r = seen[(seen["selector"] == sel) & (seen["n_items"] == n)]
+            if r.empty:
+                cells.append("n/a")
+                continue
+            r0 = r.iloc[0]
+            cells.append(f"{r0['mdad']:g} [{r0['mdad_lower']:g}, {r0['mdad_upper']:g}]")
+        best = min(
+            ((v[k], name) for name, v in STUDY_ALL.items() if v[k] is not None),
+            key=lambda t: t[0],
+        )
+        rows.append(f"| {n} | " + " | ".join(cells) + f" | {best[0]:g} ({best[1]}) |")
+    agree = metrics.pivot_table(index="n_items", columns="selector", values="agreement_seen")
+    unseen = metrics.pivot_table(index="n_items", columns="selector", values="agreement_unseen")
+    return f"""
+
+### The Bayesian selectors in the study's protocol (real GPQA responses)
+
+`bayes-microbench evaluate` on GPQA, {cfg["runs"]} runs (the study used 50), 50 targets,
+300 source llms, seen split, seed {cfg["seed"]}, from `{folder}`. MDAD in points with the
+protocol's 95% CI; the Bayesian selectors fit their item posterior on the source llms in
+each run (quick 2PL fit) and estimate each target by its posterior mean accuracy.
+
+{chr(10).join(rows)}
+
+Share of target pairs ranked as on the seen set (agreement), and on the unseen half:
+
+{markdown(agree)}
+
+{markdown(unseen)}
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--heldout", type=int, default=100)
@@ -109,6 +184,7 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=500, help="engine NUTS draws = tune per chain")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-draws", type=int, default=400)
+    ap.add_argument("--protocol-dir", default=None, help="output folder of an evaluate run")
     args = ap.parse_args()
 
     path = DATA / "gpqa.csv"
@@ -220,6 +296,8 @@ selector designs were re-run 5 times (bayes-*: on the posterior; anchor-points: 
 Random: the Bayesian interval overlaps the study's CI at {sum(overlaps)} of {len(overlaps)} sizes.
 {chr(10).join(failures)}
 """
+    if args.protocol_dir is not None:
+        body += protocol_section(Path(args.protocol_dir))
     write_section("study_design_calibration", "GPQA: scoring calibration and Bayesian MDAD", body)
     print(body)
 
