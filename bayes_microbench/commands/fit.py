@@ -37,7 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--draws", type=int, default=1000, help="draws per chain (default 1000)")
     p.add_argument("--tune", type=int, default=1000, help="NUTS tuning steps (default 1000)")
     p.add_argument(
-        "--backend", choices=["numpyro", "nutpie"], default="numpyro", help="NUTS back end"
+        "--backend",
+        choices=["nutpie", "numpyro"],
+        default="nutpie",
+        help="NUTS back end (default nutpie)",
     )
     p.add_argument(
         "--n-options",

@@ -12,7 +12,9 @@ constrained scale (leading dims chain=1, draw).
     Single-path Pathfinder (Zhang, Carpenter, Gelman and Vehtari, JMLR 2022):
     along the L-BFGS path to the mode, each iterate defines a Gaussian with the
     L-BFGS inverse-Hessian estimate (compact form, scalar initial matrix) as
-    covariance; the one with the highest Monte Carlo ELBO is kept.
+    covariance (compact form over the last ``history`` pairs, on top of a
+    diagonal initial matrix updated along the whole path); the one with the
+    highest Monte Carlo ELBO is kept.
 """
 
 from __future__ import annotations
@@ -138,41 +140,56 @@ def laplace(
     return density.constrained(xs), info
 
 
+def _diag_update(alpha: np.ndarray, s: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Diagonal inverse-Hessian update along one (s, y) pair (Pathfinder's ``form_diag``)."""
+    a = float(y @ (alpha * y))
+    b = float(y @ s)
+    c = float(s @ (s / alpha))
+    inv = a / (b * alpha) + y**2 / b - a * s**2 / (b * c * alpha**2)
+    new = 1.0 / inv
+    ok = np.isfinite(new) & (new > 0)
+    return np.where(ok, new, alpha)
+
+
 def _lbfgs_gaussian(
-    x: np.ndarray, g: np.ndarray, s_hist: np.ndarray, y_hist: np.ndarray
-) -> tuple[np.ndarray, float, np.ndarray, np.ndarray] | None:
-    """Mean and factors of the L-BFGS inverse-Hessian Gaussian at ``x`` (or None)."""
+    x: np.ndarray, g: np.ndarray, alpha: np.ndarray, s_hist: np.ndarray, y_hist: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Mean and factors of the L-BFGS inverse-Hessian Gaussian at ``x`` (or None).
+
+    Covariance ``diag(alpha) + W M W'`` (the compact L-BFGS form with a
+    diagonal initial matrix), factored through a thin QR so that sampling and
+    its log density cost O(D m).
+    """
     m = s_hist.shape[1]
     sy = s_hist.T @ y_hist
-    gamma = float(sy[-1, -1] / (y_hist[:, -1] @ y_hist[:, -1]))
-    if not (np.isfinite(gamma) and gamma > 0):
-        return None
     r = np.triu(sy)
     try:
         r_inv = np.linalg.solve(r, np.eye(m))
     except np.linalg.LinAlgError:
         return None
     dg = np.diag(np.diag(sy))
-    top_left = r_inv.T @ (dg + gamma * (y_hist.T @ y_hist)) @ r_inv
+    ay = alpha[:, None] * y_hist
+    top_left = r_inv.T @ (dg + y_hist.T @ ay) @ r_inv
     mid = np.block([[top_left, -r_inv.T], [-r_inv, np.zeros((m, m))]])
-    w = np.hstack([s_hist, gamma * y_hist])
-    hg = gamma * g + w @ (mid @ (w.T @ g))
+    w = np.hstack([s_hist, ay])
+    hg = alpha * g + w @ (mid @ (w.T @ g))
     mean = x - hg
-    q, rw = np.linalg.qr(w / np.sqrt(gamma))
+    sqrt_a = np.sqrt(alpha)
+    q, rw = np.linalg.qr(w / sqrt_a[:, None])
     core = np.eye(2 * m) + rw @ mid @ rw.T
     core = 0.5 * (core + core.T)
     try:
         chol = np.linalg.cholesky(core)
     except np.linalg.LinAlgError:
         return None
-    return mean, gamma, q, chol
+    return mean, sqrt_a, q, chol
 
 
 def _sample_gaussian(
     rng: np.random.Generator,
     n: int,
     mean: np.ndarray,
-    gamma: float,
+    sqrt_a: np.ndarray,
     q: np.ndarray,
     chol: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -180,8 +197,8 @@ def _sample_gaussian(
     u = rng.standard_normal((n, d))
     u_par = u @ q
     u_perp = u - u_par @ q.T
-    xs = mean + np.sqrt(gamma) * (u_par @ chol.T @ q.T + u_perp)
-    log_det = 0.5 * d * np.log(gamma) + float(np.sum(np.log(np.abs(np.diag(chol)))))
+    xs = mean + sqrt_a * (u_par @ chol.T @ q.T + u_perp)
+    log_det = float(np.sum(np.log(sqrt_a))) + float(np.sum(np.log(np.abs(np.diag(chol)))))
     log_q = -0.5 * np.sum(u**2, axis=1) - 0.5 * d * np.log(2 * np.pi) - log_det
     return xs, log_q
 
@@ -205,6 +222,12 @@ def pathfinder(
     candidates = np.arange(1, len(xs))
     if len(candidates) > max_candidates:
         candidates = np.unique(np.linspace(1, len(xs) - 1, max_candidates).round().astype(int))
+    # diagonal of the initial inverse Hessian, updated along the whole path
+    alphas = [np.ones(density.dim)]
+    for j in range(1, len(xs)):
+        s_k, y_k = xs[j] - xs[j - 1], grads[j] - grads[j - 1]
+        ok = s_k @ y_k > 1e-12 * (y_k @ y_k)
+        alphas.append(_diag_update(alphas[-1], s_k, y_k) if ok else alphas[-1])
     best: tuple[float, Any] | None = None
     for k in candidates:
         s_all = np.diff(xs[: k + 1], axis=0)
@@ -213,7 +236,7 @@ def pathfinder(
         s_all, y_all = s_all[keep][-history:], y_all[keep][-history:]
         if len(s_all) == 0:
             continue
-        gauss = _lbfgs_gaussian(xs[k], grads[k], s_all.T, y_all.T)
+        gauss = _lbfgs_gaussian(xs[k], grads[k], alphas[k], s_all.T, y_all.T)
         if gauss is None:
             continue
         sample, log_q = _sample_gaussian(rng, elbo_draws, *gauss)

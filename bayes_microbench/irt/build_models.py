@@ -150,7 +150,7 @@ The file holds **item and subtask parameters only** (`difficulty`,
 ability ~ Normal(0, 1) as the prior.
 
 ## Sampler
-NUTS via {s.get("backend")} (`pm.sample(nuts_sampler="{s.get("backend")}")`), decoupled
+NUTS via {s.get("backend")} (JAX-compiled log density), decoupled
 slope-intercept parameterization (see `bayes_microbench/irt/pymc_model.py`),
 {s.get("chains")} chains x ({s.get("tune")} tune + {s.get("draws")} draws), target accept
 {s.get("target_accept")}, float32 likelihood, seed {s.get("random_seed")}.

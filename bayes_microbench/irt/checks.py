@@ -236,9 +236,21 @@ def log_likelihood(fit: Any, *, max_draws: int = 400) -> xr.DataTree:
 
 def loo(fit: Any, *, max_draws: int = 400) -> Any:
     """PSIS-LOO over observed cells (``arviz_stats.loo``), returned as its ``ELPDData``."""
+    import warnings
+
     import arviz_stats as azs
 
-    return azs.loo(log_likelihood(fit, max_draws=max_draws), var_name="correct")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = azs.loo(log_likelihood(fit, max_draws=max_draws), var_name="correct")
+    _log_pareto(caught)
+    return res
+
+
+def _log_pareto(caught: list[Any]) -> None:
+    """ArviZ warns when Pareto k > 0.5 somewhere; report it in the log, not as an exception."""
+    for w in caught:
+        logger.warning("loo: %s", w.message)
 
 
 def compare_models(fits: dict[str, Any], *, max_draws: int = 400) -> pd.DataFrame:
@@ -271,5 +283,11 @@ def compare_models(fits: dict[str, Any], *, max_draws: int = 400) -> pd.DataFram
             f"fits {differ} were made on other llms or items than {next(iter(shapes))!r}; "
             "compare fits of the same responses"
         )
+    import warnings
+
     trees = {name: log_likelihood(f, max_draws=max_draws) for name, f in fits.items()}
-    return azs.compare(trees)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = azs.compare(trees)
+    _log_pareto(caught)
+    return table

@@ -115,7 +115,7 @@ class SamplerConfig:
     """How a posterior was obtained (recorded in the saved file, not part of the model hash)."""
 
     method: Method = "nuts"
-    backend: Backend = "numpyro"
+    backend: Backend = "nutpie"
     chains: int = 2
     draws: int = 1000
     tune: int = 1000

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import xarray as xr
@@ -29,6 +29,13 @@ from ..exceptions import IncompatibleArtifactError
 from ..io import write_atomic
 from .config import FORMAT_VERSION, IRTConfig, SamplerConfig
 from .diagnostics import ConvergenceSummary
+
+
+def _engine() -> Literal["netcdf4", "h5netcdf"]:
+    """netCDF4 when installed, else h5netcdf (which needs h5py)."""
+    import importlib.util
+
+    return "netcdf4" if importlib.util.find_spec("netCDF4") is not None else "h5netcdf"
 
 
 def save_posterior(
@@ -93,9 +100,7 @@ def save_posterior(
         f"/{name}": {v: {"zlib": True, "complevel": 4} for v in ds.data_vars}
         for name, ds in groups.items()
     }
-    return write_atomic(
-        target, lambda tmp: out.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
-    )
+    return write_atomic(target, lambda tmp: out.to_netcdf(tmp, engine=_engine(), encoding=encoding))
 
 
 class FittedIRT:
@@ -179,7 +184,7 @@ def load_posterior(
     if not p.exists():
         raise IncompatibleArtifactError(f"{p}: no such file")
     try:
-        tree = xr.open_datatree(p, engine="h5netcdf")
+        tree = xr.open_datatree(p, engine=_engine())
         tree.load()
         tree.close()
     except (OSError, ValueError) as err:

@@ -111,11 +111,12 @@ class IRTModel:
         tune: int = 1000,
         random_seed: int | None = None,
         progressbar: bool = False,
-        backend: str = "numpyro",
+        backend: str = "nutpie",
         target_accept: float = 0.8,
         float32: bool = True,
-        parameterization: str = "decoupled",
+        parameterization: str = "auto",
         advi_iterations: int = 30000,
+        adaptation: str = "diag",
     ) -> IRTModel:
         """Fit the model; return ``self`` with :attr:`idata` and :attr:`posterior` attached.
 
@@ -134,17 +135,22 @@ class IRTModel:
         progressbar
             Show the sampler's progress bar.
         backend
-            NUTS implementation: ``"numpyro"`` (JAX, default) or ``"nutpie"``.
+            NUTS implementation: ``"nutpie"`` (default; JAX-compiled log density) or
+            ``"numpyro"`` (``pm.sample(nuts_sampler="numpyro")``).
         target_accept
             NUTS target acceptance rate.
         float32
             Evaluate the likelihood in single precision (default; twice as fast,
             and ample for Bernoulli log likelihoods).
         parameterization
-            ``"decoupled"`` (default, see :mod:`bayes_microbench.irt.pymc_model`),
-            ``"slope-intercept"`` or ``"textbook"`` (kept for benchmarks).
+            ``"auto"`` (default): ``"decoupled"`` (centered) for NUTS on 100 or
+            more llms, else ``"non-centered"`` (always for the approximations);
+            see :mod:`bayes_microbench.irt.pymc_model`. ``"slope-intercept"``
+            and ``"textbook"`` are kept for benchmarks.
         advi_iterations
             Optimization steps of ADVI.
+        adaptation
+            nutpie's mass-matrix adaptation: ``"diag"`` (default) or ``"low_rank"``.
 
         Raises
         ------
@@ -176,10 +182,11 @@ class IRTModel:
             _prepare_jax_devices(chains)
         if method in ("map", "laplace", "pathfinder"):
             float32 = False  # optimizers need double precision
-        if method != "nuts" and parameterization == "decoupled":
-            # the decoupling helps NUTS's mass matrix; optimizers and ADVI do
-            # better on the plain centered slope-intercept form (same model)
-            parameterization = "slope-intercept"
+        if parameterization == "auto":
+            from .pymc_model import CENTERED_MIN_LLMS
+
+            centered = method == "nuts" and self.data.n_llms >= CENTERED_MIN_LLMS
+            parameterization = "decoupled" if centered else "non-centered"
         import pytensor
 
         with pytensor.config.change_flags(floatX="float32" if float32 else "float64"):
@@ -188,7 +195,12 @@ class IRTModel:
             sample_stats = None
             if method == "nuts":
                 raw, sample_stats = _run_nuts(
-                    model, sampler, seed, progressbar=progressbar, backend=backend
+                    model,
+                    sampler,
+                    seed,
+                    progressbar=progressbar,
+                    backend=backend,
+                    adaptation=adaptation,
                 )
             elif method == "advi":
                 raw, self.fit_info = _run_advi(
@@ -296,33 +308,47 @@ def _jax_chain_method(chains: int) -> str:
 
 
 def _run_nuts(
-    model: Any, sampler: SamplerConfig, seed: int, *, progressbar: bool, backend: str
+    model: Any,
+    sampler: SamplerConfig,
+    seed: int,
+    *,
+    progressbar: bool,
+    backend: str,
+    adaptation: str = "diag",
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     import pymc as pm
 
     names = [rv.name for rv in model.free_RVs]
-    if backend == "numpyro":
-        import jax
+    with warnings.catch_warnings():
+        # float32 sampling: JAX notes that int64/float64 constants become 32-bit
+        warnings.filterwarnings("ignore", message="Explicitly requested dtype")
+        if backend == "numpyro":
+            import jax
 
-        jax.config.update("jax_enable_x64", not sampler.float32)
-        with warnings.catch_warnings():
-            # float32 sampling: JAX notes that int64/float64 constants become 32-bit
-            warnings.filterwarnings("ignore", message="Explicitly requested dtype")
+            jax.config.update("jax_enable_x64", not sampler.float32)
             tree = _numpyro_sample(pm, model, sampler, seed, progressbar)
-    else:
-        import nutpie
+        else:
+            import nutpie
 
-        compiled = nutpie.compile_pymc_model(model, backend="jax", gradient_backend="jax")
-        tree = nutpie.sample(
-            compiled,
-            draws=sampler.draws,
-            tune=sampler.tune,
-            chains=sampler.chains,
-            cores=sampler.chains,
-            seed=seed,
-            target_accept=sampler.target_accept,
-            progress_bar=progressbar,
-        )
+            # start every chain at the data-driven initial values: nutpie's default
+            # U(-1, 1) jitter of all unconstrained values (e.g. the ability scale)
+            # can leave a chain stuck far out in the tails for the whole run (the
+            # initial values are chosen so that no gradient entry is exactly 0,
+            # which nutpie's mass-matrix initialization needs)
+            compiled = nutpie.compile_pymc_model(
+                model, backend="jax", gradient_backend="jax", jitter_rvs=set()
+            )
+            tree = nutpie.sample(
+                compiled,
+                draws=sampler.draws,
+                tune=sampler.tune,
+                chains=sampler.chains,
+                cores=sampler.chains,
+                seed=seed,
+                target_accept=sampler.target_accept,
+                progress_bar=progressbar,
+                adaptation=adaptation,
+            )
     post = tree["posterior"]
     raw = {n: np.asarray(post[n].values) for n in names}
     stats_ds = tree["sample_stats"]

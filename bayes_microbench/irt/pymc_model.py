@@ -36,9 +36,14 @@ scale, so ``m`` and ``s`` meet only a few subtask-level parameters.
 For the 1PL (discrimination 1) the scale is identified by the data and only
 the location is decoupled.
 
-Other parameterizations (``"slope-intercept"``: centered ``a * theta + d``
-with ``theta ~ N(0, 1)``; ``"textbook"``: centered ``a * (theta - b)``) are
-kept for the sampling benchmark.
+Other parameterizations: ``"non-centered"`` (item log-discriminations and
+intercepts as subtask mean + sd * standard normal): the centered hierarchical
+density has no mode (it grows without bound as a subtask sd shrinks to 0), so
+the optimizers (MAP, Laplace, Pathfinder) and ADVI use this one, and so does
+NUTS on small matrices (fewer than ``CENTERED_MIN_LLMS`` llms), where the
+data do not dominate the item priors. ``"slope-intercept"`` (centered
+``a * theta + d`` with ``theta ~ N(0, 1)``) and ``"textbook"`` (centered
+``a * (theta - b)``) are kept for the sampling benchmark.
 """
 
 from __future__ import annotations
@@ -50,10 +55,13 @@ import numpy as np
 from .config import IRTConfig
 from .data import IRTData
 
-PARAMETERIZATIONS = ("decoupled", "slope-intercept", "textbook")
+PARAMETERIZATIONS = ("decoupled", "slope-intercept", "non-centered", "textbook")
+
+#: NUTS samples centered item parameters ("decoupled") from this many llms on.
+CENTERED_MIN_LLMS = 100
 
 #: Prior sd of the radius of ``u`` around sqrt(n-1): close to each u's posterior sd.
-RADIUS_SD = 0.15
+RADIUS_SD = 0.3
 
 
 def initial_values(data: IRTData) -> dict[str, np.ndarray]:
@@ -92,6 +100,14 @@ def build(
     n_l = data.n_llms
     sub = data.subtask_codes
     init = initial_values(data)
+    n_s = len(data.subtasks)
+    logit = init["logit_item"]
+    zl = (logit - logit.mean()) / (logit.std() if logit.std() > 0 else 1.0)
+    zl_small = (0.05 * zl).astype(dtype)
+    # subtask means of the item logits (nonzero starting gradients for nutpie)
+    sub_init = np.array(
+        [init["logit_item"][sub == k].mean() + 0.01 for k in range(n_s)], dtype=np.float64
+    )
     two_pl = config.model in ("2pl", "3pl")
     coords = {"llm": data.llms, "item": data.items, "subtask": data.subtasks}
 
@@ -103,12 +119,12 @@ def build(
         # ---------------------------------------------------------------- items
         sd_d = pm.HalfNormal("intercept_sd", config.intercept_sd_scale, dims="subtask")
         decoupled_1pl = parameterization == "decoupled" and not two_pl
-        if not decoupled_1pl:
+        if not decoupled_1pl and parameterization != "non-centered":
             mu_d = pm.Normal("intercept_mean", 0.0, config.intercept_mean_sd, dims="subtask")
         e_init = init["logit_item"].astype(dtype)
 
         if parameterization == "decoupled":
-            m = pm.Normal("m", 0.0, 1.0 / np.sqrt(n_l))
+            m = pm.Normal("m", 0.0, 1.0 / np.sqrt(n_l), initval=0.01 / np.sqrt(n_l))
             u = pm.ZeroSumNormal("u", sigma=1.0, dims="llm", initval=init["z"].astype(dtype))
             if two_pl:
                 r = pt.sqrt(pt.sum(u**2))
@@ -121,13 +137,17 @@ def build(
                 v = u * (r0 / r)
                 s2 = pm.Gamma("s2", alpha=(n_l - 1) / 2, beta=(n_l - 1) / 2, initval=1.0)
                 log_s = 0.5 * pt.log(s2)
-                mu_lat = pm.Flat("log_disc_mean_scaled", dims="subtask")
+                mu_lat = pm.Flat(
+                    "log_disc_mean_scaled", dims="subtask", initval=np.full(n_s, 0.01, dtype=dtype)
+                )
                 pm.Potential(
                     "log_disc_mean_prior",
                     pm.logp(pm.Normal.dist(0.0, config.log_disc_mean_sd), mu_lat - log_s).sum(),
                 )
                 sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
-                lat = pm.Normal("log_disc_scaled", mu_lat[sub], sd_la[sub], dims="item")
+                lat = pm.Normal(
+                    "log_disc_scaled", mu_lat[sub], sd_la[sub], dims="item", initval=0.01 + zl_small
+                )
                 a_lik = pt.exp(lat)
                 a_true = a_lik / pt.exp(log_s)
                 e = pm.Flat("e", dims="item", initval=e_init)
@@ -139,7 +159,9 @@ def build(
                 v = u
                 a_lik = None
                 # intercept = e - m, so intercept_mean = mu_e - m carries the configured prior
-                mu_e = pm.Flat("intercept_mean_shifted", dims="subtask")
+                mu_e = pm.Flat(
+                    "intercept_mean_shifted", dims="subtask", initval=sub_init.astype(dtype)
+                )
                 pm.Potential(
                     "intercept_mean_prior",
                     pm.logp(pm.Normal.dist(0.0, config.intercept_mean_sd), mu_e - m).sum(),
@@ -147,16 +169,44 @@ def build(
                 e = pm.Normal("e", mu_e[sub], sd_d[sub], dims="item", initval=e_init)
             theta_lik = v
         else:
-            theta = pm.Normal("theta", 0.0, 1.0, dims="llm", initval=init["z"].astype(dtype))
-            theta_lik = theta
+            if parameterization == "non-centered":
+                # location decoupled as in "decoupled": ability = m + u, u zero-sum
+                m = pm.Normal("m", 0.0, 1.0 / np.sqrt(n_l), initval=0.01 / np.sqrt(n_l))
+                theta_lik = pm.ZeroSumNormal(
+                    "u", sigma=1.0, dims="llm", initval=init["z"].astype(dtype)
+                )
+            else:
+                theta = pm.Normal("theta", 0.0, 1.0, dims="llm", initval=init["z"].astype(dtype))
+                theta_lik = theta
             if two_pl:
                 mu_la = pm.Normal("log_disc_mean", 0.0, config.log_disc_mean_sd, dims="subtask")
                 sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
-                la = pm.Normal("log_discrimination", mu_la[sub], sd_la[sub], dims="item")
+                if parameterization == "non-centered":
+                    z_la = pm.Normal("log_disc_z", 0.0, 1.0, dims="item", initval=zl_small)
+                    la = mu_la[sub] + sd_la[sub] * z_la
+                else:
+                    la = pm.Normal(
+                        "log_discrimination", mu_la[sub], sd_la[sub], dims="item", initval=zl_small
+                    )
                 a_lik = pt.exp(la)
             else:
                 a_lik = None
-            if parameterization == "slope-intercept":
+            if parameterization == "non-centered":
+                # intercept_mean + discrimination * m enters the likelihood; sample it
+                # shifted by the subtask's typical discrimination so m nearly drops out
+                a_ref: Any = pt.exp(mu_la) if a_lik is not None else 1.0
+                mu_e = pm.Flat(
+                    "intercept_mean_shifted", dims="subtask", initval=sub_init.astype(dtype)
+                )
+                pm.Potential(
+                    "intercept_mean_prior",
+                    pm.logp(pm.Normal.dist(0.0, config.intercept_mean_sd), mu_e - a_ref * m).sum(),
+                )
+                z_d = pm.Normal("intercept_z", 0.0, 1.0, dims="item", initval=zl.astype(dtype))
+                a_item = a_lik if a_lik is not None else 1.0
+                a_ref_item = a_ref[sub] if a_lik is not None else 1.0
+                e = mu_e[sub] + (a_item - a_ref_item) * m + sd_d[sub] * z_d
+            elif parameterization == "slope-intercept":
                 e = pm.Normal("intercept", mu_d[sub], sd_d[sub], dims="item", initval=e_init)
             else:  # textbook: hierarchical prior on the difficulty, eta = a * (theta - b)
                 b = pm.Normal("difficulty", mu_d[sub], sd_d[sub], dims="item", initval=-e_init)
@@ -255,14 +305,31 @@ def to_saved_scale(
             intercept = f64["e"] - m
             f64["intercept_mean"] = f64["intercept_mean_shifted"] - m
     else:
-        ability = f64["theta"]
-        if two_pl:
+        sub = data.subtask_codes
+        if parameterization == "non-centered":
+            m = f64["m"][..., None]
+            ability = m + f64["u"]
+            a_ref = np.exp(f64["log_disc_mean"]) if two_pl else np.ones_like(f64["intercept_sd"])
+            f64["intercept_mean"] = f64["intercept_mean_shifted"] - a_ref * m
+        else:
+            ability = f64["theta"]
+        if two_pl and parameterization == "non-centered":
+            a = np.exp(
+                f64["log_disc_mean"][..., sub] + f64["log_disc_sd"][..., sub] * f64["log_disc_z"]
+            )
+            out["log_disc_mean"] = (("subtask",), f64["log_disc_mean"])
+            out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
+        elif two_pl:
             a = np.exp(f64["log_discrimination"])
             out["log_disc_mean"] = (("subtask",), f64["log_disc_mean"])
             out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
         else:
             a = np.ones((*lead, n_i))
-        if parameterization == "slope-intercept":
+        if parameterization == "non-centered":
+            intercept = (
+                f64["intercept_mean"][..., sub] + f64["intercept_sd"][..., sub] * f64["intercept_z"]
+            )
+        elif parameterization == "slope-intercept":
             intercept = f64["intercept"]
         else:
             intercept = -f64["difficulty"] * a
