@@ -644,6 +644,8 @@ def selector_design(
         for d, n in enumerate(sizes_t):
             sel = prepared.select(n, rng)
             w = np.asarray(sel.weights, dtype=np.float64)
+            if not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
+                raise RuntimeError(f"selector {name!r} returned invalid weights for n={n}")
             mats[r, np.asarray(sel.items, dtype=np.int64), d] = w / w.sum()
     return replicated_design(name, sizes_t, mats, notes)
 

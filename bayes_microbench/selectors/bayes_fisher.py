@@ -217,7 +217,7 @@ def linearized_weights(draws: ItemDraws, chosen: np.ndarray) -> np.ndarray:
     p = mean.prob(np.zeros((1, 1)))[0, 0]
     a, c = mean.discrimination[0], mean.guessing[0]
     slope = a * (p - c) * (1 - p) / (1 - c)  # dp/dθ
-    h = slope / (p * (1 - p))
+    h = a * (p - c) / ((1 - c) * np.maximum(p, 1e-300))  # dp/dθ / (p (1 - p)), no 0/0
     info = slope * h
     unchosen = np.ones(draws.n_items, dtype=bool)
     unchosen[chosen] = False
