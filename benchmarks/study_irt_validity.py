@@ -38,13 +38,19 @@ def main() -> int:
     if not args.skip_recovery:
         rec = recovery("nuts", n_llms=300, n_items=500, random_seed=11)
         print(json.dumps(rec), flush=True)
-    cov = []
+    cov: list[dict] = []
+    if not args.no_report and rec:
+        report(rec, cov, args)
     for method in [m for m in args.methods.split(",") if m]:
         res = coverage_study(method, replicates=args.replicates, n_llms=40, n_items=50)
         print(json.dumps(res), flush=True)
         cov.append(res)
-    if args.no_report:
-        return 0
+        if not args.no_report:  # rewritten after each method: a long study reports as it goes
+            report(rec, cov, args)
+    return 0
+
+
+def report(rec: dict | None, cov: list[dict], args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     from _report import write_section
 

@@ -67,6 +67,7 @@ def coverage_study(
     draws: int = 300,
     tune: int = 300,
     random_seed: int = 0,
+    advi_iterations: int = 10000,
 ) -> dict[str, Any]:
     """Fraction of true abilities / difficulties inside central ``ci_prob`` intervals.
 
@@ -92,7 +93,11 @@ def coverage_study(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             fit = IRTModel(resp, model).fit(
-                method, draws=draws, tune=tune, random_seed=random_seed + r
+                method,
+                draws=draws,
+                tune=tune,
+                random_seed=random_seed + r,
+                advi_iterations=advi_iterations,
             )
         post = fit.posterior
         for name in hits:
