@@ -73,6 +73,7 @@ STUDY_ALL = {
     "diversity": (15.5, 9.0, 6.0, 4.5, 2.0),
 }
 SIZES = (10, 25, 50, 100, 200)
+FIT_NOTE = ""
 
 
 def fit_posterior(train: Responses, method: str, model: str, draws: int, seed: int):
@@ -92,8 +93,15 @@ def fit_posterior(train: Responses, method: str, model: str, draws: int, seed: i
         fit = IRTModel(train, model).fit(
             method=method, random_seed=seed, draws=draws, tune=draws, chains=2
         )
-    logger_info = getattr(fit, "diagnostics", None)
-    print(f"engine fit ({model}, {method}): {logger_info}")
+    diag = getattr(fit, "diagnostics", None)
+    print(f"engine fit ({model}, {method}): {diag}")
+    global FIT_NOTE
+    if diag is not None:
+        problems = "; ".join(diag.problems) if diag.problems else "all checks passed"
+        FIT_NOTE = (
+            f"Engine diagnostics: max R-hat {diag.max_rhat:.3f}, min bulk ESS "
+            f"{diag.min_ess_bulk:.0f}, divergences {diag.divergences} ({problems})."
+        )
     return fit.posterior
 
 
@@ -271,6 +279,7 @@ GPQA (`../shared/data/open-llm-leaderboard-v2/gpqa.csv`, 420 llms x 448 items, s
 {args.seed}). Item posterior fitted on {train.n_llms} llms only (model {args.model}, method `{args.method}`:
 {"joint posterior mode (abilities rescaled to mean 0, sd 1), then a per-item Laplace approximation given the modal abilities, 400 draws" if args.method == "quick" else f"the IRT engine, 2 chains x {args.draws} draws after {args.draws} tuning"}; {fit_s:.1f} s);
 {test.n_llms} held-out llms scored with {draws.n_draws} draws ({score_s:.0f} s for all rows).
+{FIT_NOTE}
 
 ### Scoring: held-out llms' true full accuracy inside the 90% interval (target 85-95%)
 
