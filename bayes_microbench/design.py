@@ -70,6 +70,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import ndtr
@@ -766,3 +767,50 @@ def _plan_design(
     if selector == "random":
         return random_design(sizes_t, draws.n_items, draws.n_draws, random_seed)
     return selector_design(draws, selector, sizes_t, n_replicates=1, random_seed=random_seed)
+
+
+# ------------------------------------------------------------- selection
+def select_from_posterior(
+    posterior: Any,
+    selector: str,
+    n: int,
+    *,
+    n_source: int = 300,
+    random_seed: int | None = 0,
+    max_draws: int | None = DEFAULT_MAX_DRAWS,
+) -> tuple[list[str], list[str], np.ndarray, dict[str, Any]]:
+    """Choose ``n`` items of a posterior's benchmark with any registered selector.
+
+    ``random`` needs nothing but the item ids; the Bayesian selectors
+    (``bayes-fisher``, ``bayes-ranking``) work from the posterior's item draws
+    directly; the study's frequentist selectors need source responses, so they
+    run on ``n_source`` llms simulated from the posterior's population (one
+    posterior draw), as in :func:`selector_design`.
+
+    Returns
+    -------
+    (item ids, their subtasks, estimator weights, selection notes)
+    """
+    draws = item_draws(posterior, max_draws=max_draws)
+    n_b = draws.n_items
+    _check_sizes([n], n_b)
+    rng = np.random.default_rng(random_seed)
+    codes = pd.factorize(draws.subtask)[0]
+    info: dict[str, Any]
+    if selector == "random":
+        chosen = np.sort(rng.choice(n_b, size=n, replace=False))
+        weights = np.full(n, 1.0 / n)
+        info = {}
+    else:
+        instance = _selector_instance(selector, draws)
+        source = simulate_source(draws, n_source, rng)[0]
+        prepared = instance.prepare(source, codes, None, rng)
+        selection = prepared.select(n, rng)
+        chosen = np.asarray(selection.items, dtype=np.int64)
+        weights = np.asarray(selection.weights, dtype=np.float64)
+        info = dict(selection.info)
+        if getattr(instance, "with_item_draws", None) is None:
+            info["source"] = f"{n_source} llms simulated from the posterior"
+    ids = [str(i) for i in draws.items[chosen]]
+    subtasks = [str(s) for s in draws.subtask[chosen]]
+    return ids, subtasks, weights, info

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 
 from bayes_microbench import save_responses, simulate_responses
 from bayes_microbench.cli import main
@@ -52,3 +53,30 @@ def test_select_too_many_items_is_one_line_exit_2(tmp_path, capsys):
 def test_lm_eval_samples_only_for_task_doc_ids():
     assert lm_eval_samples(["arc:3", "arc:1", "mmlu_x:7"]) == {"arc": [1, 3], "mmlu_x": [7]}
     assert lm_eval_samples(["arc:3", "abc123"]) is None
+
+
+def test_select_from_posterior_random_bayesian_and_frequentist():
+    from bayes_microbench.design import select_from_posterior
+    from bayes_microbench.scoring import posterior_from_truth
+
+    resp, truth = simulate_responses(
+        "gpqa", model="2pl", n_llms=50, n_items=60, random_seed=1, return_truth=True
+    )
+    post = posterior_from_truth(truth, n_draws=40, random_seed=0)
+    for name in ("random", "bayes-fisher", "anchor-points"):
+        ids, subtasks, weights, info = select_from_posterior(post, name, 15, random_seed=2)
+        assert len(set(ids)) == 15 and set(ids) <= set(resp.items.tolist())
+        assert len(subtasks) == 15 and np.isclose(weights.sum(), 1.0) and (weights >= 0).all()
+        again = select_from_posterior(post, name, 15, random_seed=2)[0]
+        assert again == ids
+    assert "simulated from the posterior" in info["source"]
+    # bayes-fisher picks informative items: its items' expected Fisher information over the
+    # N(0, 1) population (true parameters) beats the average item's
+    theta = np.linspace(-4, 4, 161)
+    dens = np.exp(-(theta**2) / 2)
+    dens /= dens.sum()
+    a, b = truth.discrimination.to_numpy(), truth.difficulty.to_numpy()
+    p = 1 / (1 + np.exp(-a[:, None] * (theta[None, :] - b[:, None])))
+    info = pd.Series((a[:, None] ** 2 * p * (1 - p)) @ dens, index=truth.difficulty.index)
+    fisher_ids = select_from_posterior(post, "bayes-fisher", 15, random_seed=2)[0]
+    assert info[fisher_ids].mean() > 1.5 * info.mean()

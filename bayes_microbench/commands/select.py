@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..exceptions import UserInputError
 from ._common import add_output_flags, add_seed, print_json
 
 _TASK_DOC = re.compile(r"^(?P<task>.+):(?P<doc>\d+)$")
@@ -24,8 +25,10 @@ _TASK_DOC = re.compile(r"^(?P<task>.+):(?P<doc>\d+)$")
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("select", help="choose a micro-benchmark subset", description=__doc__)
-    p.add_argument(
-        "--responses", metavar="PATH", required=True, help="responses of the source llms"
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--responses", metavar="PATH", help="responses of the source llms")
+    src.add_argument(
+        "--posterior", metavar="PATH", help="a saved IRT posterior (models/*.nc or 'fit' output)"
     )
     p.add_argument(
         "--items", metavar="PATH", default=None, help="items file for a wide --responses CSV"
@@ -83,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
     from ..io import load_responses, write_atomic
     from ..selectors import get_selector
 
+    if args.posterior is not None:
+        return _run_from_posterior(args)
+    if args.items is not None and args.responses is None:
+        raise UserInputError("--items goes with --responses")
     resp = load_responses(args.responses, args.items)
     selector = get_selector(args.selector)
     rng = np.random.default_rng(args.seed)
@@ -98,6 +105,29 @@ def run(args: argparse.Namespace) -> int:
         subtasks=subtasks,
         weights=selection.weights,
         info=selection.info,
+    )
+    _write(doc, args.output, write_atomic)
+    _say(args, doc)
+    return 0
+
+
+def _run_from_posterior(args: argparse.Namespace) -> int:
+    from ..design import select_from_posterior
+    from ..io import write_atomic
+    from ..scoring import read_posterior
+
+    posterior = read_posterior(args.posterior)
+    ids, subtasks, weights, info = select_from_posterior(
+        posterior, args.selector, args.n, random_seed=args.seed
+    )
+    doc = subset_document(
+        selector=args.selector,
+        seed=args.seed,
+        source=str(args.posterior),
+        item_ids=ids,
+        subtasks=subtasks,
+        weights=weights,
+        info=info,
     )
     _write(doc, args.output, write_atomic)
     _say(args, doc)
