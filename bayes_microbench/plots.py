@@ -64,13 +64,17 @@ def plot_mdad_vs_n(
     """
     _require(mdad, ["selector", "n_items", "mdad", "mdad_lower", "mdad_upper"], "plot_mdad_vs_n")
     fig, ax = _axes(ax)
+    finite = mdad[["mdad", "mdad_lower", "mdad_upper"]].to_numpy(dtype=float)
+    finite = finite[np.isfinite(finite)]
+    cap = max(30.0, float(finite.max())) if finite.size else 30.0
     for selector, group in mdad.groupby("selector", sort=False):
         g = group.sort_values("n_items")
         x = g["n_items"].to_numpy(dtype=float)
-        line = ax.plot(x, g["mdad"], marker="o", label=str(selector))[0]
-        ax.fill_between(
-            x, g["mdad_lower"], g["mdad_upper"], color=line.get_color(), alpha=0.18, lw=0
-        )
+        # an interval open above (not reached within the gaps studied) is drawn up to the cap
+        upper = np.nan_to_num(g["mdad_upper"].to_numpy(dtype=float), nan=cap, posinf=cap)
+        point = np.minimum(g["mdad"].to_numpy(dtype=float), cap)
+        line = ax.plot(x, point, marker="o", label=str(selector))[0]
+        ax.fill_between(x, g["mdad_lower"], upper, color=line.get_color(), alpha=0.18, lw=0)
         if "reached" in g.columns:
             not_reached = ~g["reached"].astype(bool).to_numpy()
             if not_reached.any():
@@ -107,16 +111,26 @@ def plot_ranking_curve(
 ) -> Figure:
     """P(correct ranking) against the accuracy gap, one line per ``group`` value, with bands.
 
-    ``curves`` has columns ``gap`` (points), ``p_correct``, ``p_lower``,
-    ``p_upper`` and the grouping column (default ``n_items``).
+    ``curves`` has columns ``gap`` (points), ``p_correct``, ``p_correct_lower``,
+    ``p_correct_upper`` (the ``curves.csv`` of ``mdad``) and the grouping
+    column (default ``n_items``).
     """
-    _require(curves, ["gap", "p_correct", "p_lower", "p_upper", group], "plot_ranking_curve")
+    _require(
+        curves,
+        ["gap", "p_correct", "p_correct_lower", "p_correct_upper", group],
+        "plot_ranking_curve",
+    )
     fig, ax = _axes(ax)
     for key, g in curves.groupby(group, sort=True):
         g = g.sort_values("gap")
         line = ax.plot(g["gap"], g["p_correct"], label=f"{group.replace('_', ' ')} = {key}")[0]
         ax.fill_between(
-            g["gap"], g["p_lower"], g["p_upper"], color=line.get_color(), alpha=0.18, lw=0
+            g["gap"],
+            g["p_correct_lower"],
+            g["p_correct_upper"],
+            color=line.get_color(),
+            alpha=0.18,
+            lw=0,
         )
     if threshold is not None:
         ax.axhline(threshold, color="0.4", ls="--", lw=1)

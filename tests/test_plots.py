@@ -32,8 +32,8 @@ def test_each_plot_writes_png_and_svg(tmp_path):
                     "n_items": n,
                     "gap": gaps,
                     "p_correct": p,
-                    "p_lower": p - 0.05,
-                    "p_upper": np.minimum(p + 0.05, 1),
+                    "p_correct_lower": p - 0.05,
+                    "p_correct_upper": np.minimum(p + 0.05, 1),
                 }
             )
             for n in (10, 50)
