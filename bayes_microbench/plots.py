@@ -191,6 +191,7 @@ def plot_selection(
     *,
     ax: Axes | None = None,
     title: str | None = None,
+    ylabel: str = "difficulty",
 ) -> Figure:
     """Which items a selector chose: difficulty by subtask, chosen items highlighted.
 
@@ -214,7 +215,7 @@ def plot_selection(
         ha="right" if len(subtasks) > 4 else "center",
         fontsize="small",
     )
-    ax.set_ylabel("difficulty")
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize="small", frameon=False)
     if title:

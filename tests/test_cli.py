@@ -43,10 +43,30 @@ def test_version(capsys):
     assert "bayes-microbench" in capsys.readouterr().out
 
 
-def test_demo_json(capsys):
-    assert main(["demo", "--llms", "40", "--items", "60", "--json", "--quiet"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["n_llms"] == 40 and out["n_items"] == 60
+def test_demo_end_to_end(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--output", str(out), "--max-draws", "100", "--json", "--quiet"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "gpqa-2pl.nc" in doc["source"]
+    mdad = {(r["selector"], r["n_items"]): r for r in doc["mdad"]}
+    assert {s for s, _ in mdad} == {"random", "bayes-fisher", "bayes-ranking"}
+    random_curve = [mdad[("random", n)]["mdad"] for n in (10, 25, 50, 100, 200)]
+    assert random_curve == sorted(random_curve, reverse=True) and random_curve[0] > random_curve[-1]
+    # informative selection beats random at 10 items, by a wide margin on GPQA
+    assert mdad[("bayes-ranking", 10)]["mdad"] < 0.5 * mdad[("random", 10)]["mdad"]
+    for r in doc["mdad"]:
+        assert r["mdad_lower"] <= r["mdad"] <= r["mdad_upper"]
+    # 30 simulated llms: a 90% interval should cover most of them (binomial: >= 21 of 30 w.p. > 0.99)
+    assert doc["scores_coverage"] >= 0.7
+    for name in (
+        "mdad.csv",
+        "curves.csv",
+        "scores.csv",
+        "plan.csv",
+        "report.md",
+        "figures/mdad_vs_n.svg",
+    ):
+        assert (out / name).exists(), name
 
 
 def test_frequentist_import_does_not_load_pymc():
