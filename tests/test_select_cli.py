@@ -80,3 +80,30 @@ def test_select_from_posterior_random_bayesian_and_frequentist():
     info = pd.Series((a[:, None] ** 2 * p * (1 - p)) @ dens, index=truth.difficulty.index)
     fisher_ids = select_from_posterior(post, "bayes-fisher", 15, random_seed=2)[0]
     assert info[fisher_ids].mean() > 1.5 * info.mean()
+
+
+def test_select_json_feeds_mdad_subset(tmp_path, capsys):
+    from bayes_microbench.commands.mdad import read_subset
+
+    resp = simulate_responses("gpqa", n_llms=30, n_items=40, random_seed=0)
+    path = save_responses(resp, tmp_path / "bench.csv")[0]
+    out = tmp_path / "subset.json"
+    assert (
+        main(["select", "--responses", str(path), "--n", "7", "--output", str(out), "--quiet"]) == 0
+    )
+    assert read_subset(str(out)) == json.loads(out.read_text())["item_ids"]
+    (tmp_path / "bad.json").write_text('{"items": 3}')
+    assert (
+        main(
+            [
+                "mdad",
+                "--posterior",
+                "nope.nc",
+                "--subset",
+                str(tmp_path / "bad.json"),
+                "--output",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )

@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def read_subset(path: str) -> list[str]:
-    """Item ids from a file: one per line, or a CSV with an ``item`` column."""
+    """Item ids from a file: the JSON ``select`` writes, one id per line, or a CSV with an ``item`` column."""
     import pandas as pd
 
     from ..exceptions import UserInputError
@@ -65,6 +65,19 @@ def read_subset(path: str) -> list[str]:
     lines = [ln.strip() for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
     if not lines:
         raise UserInputError(f"{f}: the subset file names no items")
+    if f.suffix.lower() == ".json":
+        import json
+
+        try:
+            doc = json.loads(f.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise UserInputError(f"{f}: not valid JSON ({err.msg} at line {err.lineno})") from None
+        ids = doc.get("item_ids") if isinstance(doc, dict) else None
+        if not isinstance(ids, list) or not ids:
+            raise UserInputError(
+                f"{f}: expected the JSON 'bayes-microbench select' writes, with an 'item_ids' list"
+            )
+        return [str(i) for i in ids]
     if "," in lines[0]:
         frame = pd.read_csv(f, dtype=str)
         if "item" not in frame.columns:
@@ -140,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     write_atomic(out / "curves.nc", lambda t: res.to_netcdf(t))
     if args.json:
         print_json({"output": str(out), "mdad": table.to_dict("records")})
+        return 0
+    if args.quiet:
         return 0
     thr = float(res.attrs["threshold"])
     print(f"Bayesian MDAD ({label}, P(correct) >= {thr:g}, {ci:.0%} intervals), points:")
