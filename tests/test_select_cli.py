@@ -9,6 +9,8 @@ from bayes_microbench import save_responses, simulate_responses
 from bayes_microbench.cli import main
 from bayes_microbench.commands.select import lm_eval_samples
 
+from .conftest import ROOT
+
 
 def test_select_writes_ids_weights_and_lm_eval_samples(tmp_path, capsys):
     resp = simulate_responses("gpqa", n_llms=30, n_items=40, random_seed=0)
@@ -93,17 +95,10 @@ def test_select_json_feeds_mdad_subset(tmp_path, capsys):
     )
     assert read_subset(str(out)) == json.loads(out.read_text())["item_ids"]
     (tmp_path / "bad.json").write_text('{"items": 3}')
-    assert (
-        main(
-            [
-                "mdad",
-                "--posterior",
-                "nope.nc",
-                "--subset",
-                str(tmp_path / "bad.json"),
-                "--output",
-                str(tmp_path / "o"),
-            ]
-        )
-        == 2
-    )
+    posterior = str(ROOT / "models" / "gpqa-2pl.nc")
+    bad = ["mdad", "--posterior", posterior, "--subset", str(tmp_path / "bad.json")]
+    capsys.readouterr()
+    assert main([*bad, "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'item_ids' list" in err[0]
+    assert not (tmp_path / "o").exists()
