@@ -10,6 +10,8 @@ import xarray as xr
 
 from bayes_microbench import Responses, UserInputError, simulate_responses
 from bayes_microbench.scoring import (
+    Misfit,
+    estimate_misfit,
     item_draws,
     pairwise_ranking,
     posterior_from_truth,
@@ -176,3 +178,106 @@ def test_cli_score_disagreeing_items_exit_2(world, tmp_path, capsys):
     assert main(["score", "--posterior", str(p), "--responses", str(tmp_path / "bad.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "zz-1" in err[0] and "not in the posterior" in err[0]
+
+
+# ---- misfit: item-split cross-validation recalibration of the predictive
+
+
+def _irt_p(truth, ability: np.ndarray) -> np.ndarray:
+    a = truth.discrimination.to_numpy()
+    b = truth.difficulty.to_numpy()
+    c = truth.guessing.to_numpy()
+    return c + (1 - c) / (1 + np.exp(-a * (ability[:, None] - b)))
+
+
+@pytest.fixture(scope="module")
+def injected():
+    """Model data, except that on the items outside a fixed 50-item design every
+    llm's probabilities of success are shifted by d ~ Normal(0, 0.08) (one d per
+    llm): an llm-level deviation the observed items cannot reveal. Returns the
+    responses, the design, the posterior and the realized sd of the deviation in
+    expected accuracy on the other items."""
+    _, truth = simulate_responses(
+        "mmlu-pro", n_llms=500, n_items=150, random_seed=21, return_truth=True
+    )
+    rng = np.random.default_rng(8)
+    p = _irt_p(truth, truth.ability.to_numpy())
+    d = 0.08 * rng.standard_normal(p.shape[0])
+    design = np.arange(50)
+    shifted = p.copy()
+    shifted[:, 50:] = np.clip(p[:, 50:] + d[:, None], 0.0, 1.0)
+    vals = (rng.random(p.shape) < shifted).astype(float)
+    resp = Responses.from_arrays(vals, truth.ability.index, truth.difficulty.index)
+    post = posterior_from_truth(truth, n_chains=2, n_draws=50, noise=0.03, random_seed=3)
+    true_sd = float(np.std(shifted[:, 50:].mean(axis=1) - p[:, 50:].mean(axis=1)))
+    return resp, design, post, true_sd
+
+
+def test_misfit_is_null_on_data_from_the_model(world):
+    resp, _, post = world
+    mf = estimate_misfit(post, resp, sizes=(20, 60), n_splits=2, max_draws=50, random_seed=0)
+    assert mf.n_observed.tolist() == [20, 60]
+    # no extra deviation (bound: 1 accuracy point) and a calibration slope near 1
+    assert (mf.sd < 0.01).all(), mf.describe()
+    assert (np.abs(mf.slope - 1) < 0.2).all(), mf.describe()
+    # same seed, same estimate
+    again = estimate_misfit(post, resp, sizes=(20, 60), n_splits=2, max_draws=50, random_seed=0)
+    np.testing.assert_array_equal(mf.sd, again.sd)
+
+
+def test_misfit_recovers_an_injected_llm_level_deviation(injected):
+    resp, design, post, true_sd = injected
+    assert 0.04 < true_sd < 0.12  # the injected deviation is material (4-12 points)
+    train = resp.isel(llm=slice(0, 300))
+    mf = estimate_misfit(post, train, subset=list(resp.items[design]), max_draws=50, random_seed=0)
+    assert mf.design.startswith("fixed subset of 50")
+    # the deviation is independent of ability: slope ~ 1 and sd within 25% of the truth
+    assert abs(mf.slope[0] - 1) < 0.15, mf.describe()
+    assert abs(mf.sd[0] - true_sd) < 0.25 * true_sd, (mf.describe(), true_sd)
+
+
+def test_score_with_misfit_widens_intervals_and_restores_coverage(injected):
+    resp, design, post, _ = injected
+    train, held = resp.isel(llm=slice(0, 300)), resp.isel(llm=slice(300, 500))
+    mf = estimate_misfit(post, train, subset=list(resp.items[design]), max_draws=50, random_seed=0)
+    real = held.accuracy().to_numpy()
+    sub = held.isel(item=design)
+    plain = score(post, sub, max_draws=100, random_seed=1)
+    fixed = score(post, sub, max_draws=100, random_seed=1, misfit=mf)
+    assert plain.attrs["misfit"].startswith("none")
+    assert "cross-validation" in fixed.attrs["misfit"]
+
+    def coverage(res):
+        iv = res["accuracy_interval"].to_numpy()
+        return ((iv[:, 0] <= real) & (real <= iv[:, 1])).mean(), (iv[:, 1] - iv[:, 0]).mean()
+
+    cov_plain, w_plain = coverage(plain)
+    cov_fixed, w_fixed = coverage(fixed)
+    assert cov_plain < 0.75 and 0.82 <= cov_fixed <= 0.97, (cov_plain, cov_fixed)
+    assert w_fixed > 1.3 * w_plain
+    # llms observed on every item keep their known accuracy
+    full = score(post, held.isel(llm=slice(0, 5)), max_draws=50, random_seed=1, misfit=mf)
+    np.testing.assert_allclose(full["accuracy_mean"], real[:5])
+
+
+def test_misfit_roundtrip_and_bad_input(world):
+    resp, _, post = world
+    mf = Misfit(
+        n_observed=np.array([10, 100]),
+        slope=np.array([0.5, 0.7]),
+        intercept=np.array([0.1, 0.05]),
+        sd=np.array([0.03, 0.02]),
+        n_llms=50,
+        n_splits=2,
+        design="random subsets",
+    )
+    back = Misfit.from_dataset(mf.to_dataset())
+    np.testing.assert_array_equal(back.slope, mf.slope)
+    # interpolation in log n, constant beyond the ends
+    slope, _, sd = mf.at(np.array([5, 10, np.sqrt(1000), 500]))
+    np.testing.assert_allclose(slope, [0.5, 0.5, 0.6, 0.7])
+    np.testing.assert_allclose(sd, [0.03, 0.03, 0.025, 0.02])
+    with pytest.raises(UserInputError, match="leave fewer than 10 unobserved"):
+        estimate_misfit(post, resp, sizes=(145,), max_draws=10)
+    with pytest.raises(UserInputError, match=r"not in the responses.*nope"):
+        estimate_misfit(post, resp, subset=["nope"], max_draws=10)
