@@ -267,6 +267,8 @@ def test_misfit_roundtrip_and_bad_input(world):
         slope=np.array([0.5, 0.7]),
         intercept=np.array([0.1, 0.05]),
         sd=np.array([0.03, 0.02]),
+        center=np.array([0.3, 0.3]),
+        var_slope=np.array([0.0, 0.004]),
         n_llms=50,
         n_splits=2,
         design="random subsets",
@@ -277,6 +279,9 @@ def test_misfit_roundtrip_and_bad_input(world):
     slope, _, sd = mf.at(np.array([5, 10, np.sqrt(1000), 500]))
     np.testing.assert_allclose(slope, [0.5, 0.5, 0.6, 0.7])
     np.testing.assert_allclose(sd, [0.03, 0.03, 0.025, 0.02])
+    # the deviation's variance moves with the predicted accuracy: sd^2 + 0.004 * (0.4 - 0.3)
+    _, _, sd_at = mf.at(np.array([500]), np.array([0.4]))
+    np.testing.assert_allclose(sd_at, [np.sqrt(0.02**2 + 0.0004)])
     with pytest.raises(UserInputError, match="leave fewer than 10 unobserved"):
         estimate_misfit(post, resp, sizes=(145,), max_draws=10)
     with pytest.raises(UserInputError, match=r"not in the responses.*nope"):
