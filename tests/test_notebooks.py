@@ -29,4 +29,10 @@ def test_notebook_runs_in_fast_mode(path):
 
 
 def test_notebooks_present():
-    assert len(NOTEBOOKS) >= 1
+    assert [p.name for p in NOTEBOOKS] == [
+        "01_quickstart_gpqa.ipynb",
+        "02_study_main_figure.ipynb",
+        "03_design_for_gap.ipynb",
+        "04_model_checking.ipynb",
+        "05_similar_llms.ipynb",
+    ]
