@@ -1,6 +1,8 @@
 """Simulate response matrices from the hierarchical IRT family the package fits.
 
-The generative model (the same one :mod:`bayes_microbench.irt` fits)::
+The generative model (the family :mod:`bayes_microbench.irt` fits: the same
+likelihood; the fitted model pools each subtask's intercepts ``-a * b`` and
+log-discriminations, where this simulator pools difficulties)::
 
     ability[j]            ~ Normal(ability_mean, ability_sd)
     subtask_mean[s]       ~ Normal(difficulty_mean, subtask_mean_sd)
