@@ -65,7 +65,7 @@ def run_demo(
 ) -> DemoResult:
     """Run the demo and write ``mdad.csv``, ``curves.csv``, figures and ``report.md`` to ``output``."""
     from . import plots
-    from .design import design_curves, plan, select_from_posterior
+    from .design import curves_tables, design_curves, plan, select_from_posterior
     from .report import write_report
     from .scoring import item_draws, score
 
@@ -88,35 +88,9 @@ def run_demo(
             n_replicates=5,
             random_seed=random_seed,
         )
-        ci = float(res.attrs["ci_prob"])
-        interval = res["mdad_interval"].to_numpy()
-        rows.append(
-            pd.DataFrame(
-                {
-                    "selector": name,
-                    "n_items": res["n_items"].to_numpy(),
-                    "mdad": res["mdad"].to_numpy(),
-                    "mdad_lower": interval[:, 0],
-                    "mdad_upper": interval[:, 1],
-                    "ci_prob": ci,
-                }
-            )
-        )
-        band = res["p_correct_band"].to_numpy()
-        n_g = res.sizes["gap"]
-        curve_rows.append(
-            pd.DataFrame(
-                {
-                    "selector": name,
-                    "n_items": np.repeat(res["n_items"].to_numpy(), n_g),
-                    "gap": np.tile(res["gap"].to_numpy(), res.sizes["n_items"]),
-                    "p_correct": res["p_correct_mean"].to_numpy().ravel(),
-                    "p_correct_lower": band[..., 0].ravel(),
-                    "p_correct_upper": band[..., 1].ravel(),
-                    "ci_prob": ci,
-                }
-            )
-        )
+        table, curve_table = curves_tables(res, label=name)
+        rows.append(table)
+        curve_rows.append(curve_table)
     mdad = pd.concat(rows, ignore_index=True)
     curves = pd.concat(curve_rows, ignore_index=True)
     seconds["mdad"] = time.perf_counter() - t0

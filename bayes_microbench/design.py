@@ -814,3 +814,39 @@ def select_from_posterior(
     ids = [str(i) for i in draws.items[chosen]]
     subtasks = [str(s) for s in draws.subtask[chosen]]
     return ids, subtasks, weights, info
+
+
+def curves_tables(res: xr.Dataset, label: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The tidy tables of a :func:`design_curves` result, as the ``mdad`` command writes them.
+
+    Returns ``mdad`` (``selector, n_items, mdad, mdad_lower, mdad_upper, ci_prob``)
+    and ``curves`` (``selector, n_items, gap, p_correct, p_correct_lower,
+    p_correct_upper, ci_prob``); ``label`` names the design (default: its attrs).
+    """
+    name = str(res.attrs["design"]) if label is None else label
+    ci = float(res.attrs["ci_prob"])
+    interval = res["mdad_interval"].to_numpy()
+    mdad = pd.DataFrame(
+        {
+            "selector": name,
+            "n_items": res["n_items"].to_numpy(),
+            "mdad": res["mdad"].to_numpy(),
+            "mdad_lower": interval[:, 0],
+            "mdad_upper": interval[:, 1],
+            "ci_prob": ci,
+        }
+    )
+    band = res["p_correct_band"].to_numpy()
+    n_g = res.sizes["gap"]
+    curves = pd.DataFrame(
+        {
+            "selector": name,
+            "n_items": np.repeat(res["n_items"].to_numpy(), n_g),
+            "gap": np.tile(res["gap"].to_numpy(), res.sizes["n_items"]),
+            "p_correct": res["p_correct_mean"].to_numpy().ravel(),
+            "p_correct_lower": band[..., 0].ravel(),
+            "p_correct_upper": band[..., 1].ravel(),
+            "ci_prob": ci,
+        }
+    )
+    return mdad, curves

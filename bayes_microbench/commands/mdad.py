@@ -91,11 +91,9 @@ def read_subset(path: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-    import pandas as pd
 
     from .._validate import check_probability, parse_int_list
-    from ..design import DEFAULT_SIZES, design_curves
+    from ..design import DEFAULT_SIZES, curves_tables, design_curves
     from ..exceptions import UserInputError
     from ..io import load_responses, write_atomic
     from ..scoring import read_posterior
@@ -119,32 +117,9 @@ def run(args: argparse.Namespace) -> int:
         random_seed=args.seed,
         progressbar=not args.quiet and not args.json,
     )
+    table, curves = curves_tables(res)
     label = str(res.attrs["design"])
     ci = float(res.attrs["ci_prob"])
-    interval = res["mdad_interval"].to_numpy()
-    table = pd.DataFrame(
-        {
-            "selector": label,
-            "n_items": res["n_items"].to_numpy(),
-            "mdad": res["mdad"].to_numpy(),
-            "mdad_lower": interval[:, 0],
-            "mdad_upper": interval[:, 1],
-            "ci_prob": ci,
-        }
-    )
-    band = res["p_correct_band"].to_numpy()
-    n_g = res.sizes["gap"]
-    curves = pd.DataFrame(
-        {
-            "selector": label,
-            "n_items": np.repeat(res["n_items"].to_numpy(), n_g),
-            "gap": np.tile(res["gap"].to_numpy(), res.sizes["n_items"]),
-            "p_correct": res["p_correct_mean"].to_numpy().ravel(),
-            "p_correct_lower": band[..., 0].ravel(),
-            "p_correct_upper": band[..., 1].ravel(),
-            "ci_prob": ci,
-        }
-    )
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise UserInputError(f"{out}: --output must be a folder")
