@@ -6,6 +6,8 @@ import sys
 
 from bayes_microbench.cli import main
 
+from .conftest import ROOT
+
 
 def test_info_json(tmp_path, capsys):
     (tmp_path / "b.csv").write_text("llm,x,y\nm1,1,0\nm2,,1\n")
@@ -75,3 +77,36 @@ def test_frequentist_import_does_not_load_pymc():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "False"
+
+
+def test_score_calibrate_with_training_responses(tmp_path, capsys, gpqa_path):
+    import numpy as np
+
+    from bayes_microbench import load_responses, save_responses
+
+    resp = load_responses(gpqa_path)
+    cols = np.sort(np.random.default_rng(0).choice(resp.n_items, 50, replace=False))
+    new = save_responses(resp.isel(llm=slice(0, 4), item=cols), tmp_path / "new.csv")[0]
+    posterior = str(ROOT / "models" / "gpqa-2pl.nc")
+    base = [
+        "score",
+        "--posterior",
+        posterior,
+        "--responses",
+        str(new),
+        "--max-draws",
+        "100",
+        "--json",
+    ]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*base, "--calibrate-with", str(gpqa_path), "--quiet"]) == 0
+    calibrated = json.loads(capsys.readouterr().out)
+    assert plain["misfit"].startswith("none") and not calibrated["misfit"].startswith("none")
+    for doc in (plain, calibrated):
+        assert [r["n_observed"] for r in doc["llms"]] == [50] * 4
+        for r in doc["llms"]:
+            assert r["accuracy_lower"] <= r["accuracy_mean"] <= r["accuracy_upper"]
+    # the recalibration shrinks predictions toward the population (slope < 1 on GPQA)
+    spread = [np.std([r["accuracy_mean"] for r in d["llms"]]) for d in (plain, calibrated)]
+    assert spread[1] < spread[0]
