@@ -594,15 +594,7 @@ def simulate_source(
     """Posterior-predictive responses of ``n_llms`` population llms under one random draw."""
     s = int(rng.integers(draws.n_draws))
     ability = rng.standard_normal(n_llms)
-    one = ItemDraws(
-        draws.items,
-        draws.subtask,
-        draws.discrimination[[s]],
-        draws.difficulty[[s]],
-        draws.guessing[[s]],
-        draws.chain[[s]],
-        draws.draw[[s]],
-    )
+    one = draws.select_draws([s])
     p = one.prob(ability[None, :])[0]
     return (rng.random(p.shape) < p).astype(np.float64), ability
 

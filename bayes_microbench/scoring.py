@@ -112,6 +112,18 @@ class ItemDraws:
             )
         return pos
 
+    def select_draws(self, which: slice | list[int] | np.ndarray) -> ItemDraws:
+        """The same items restricted to the draws ``which`` (a slice or positions)."""
+        return ItemDraws(
+            items=self.items,
+            subtask=self.subtask,
+            discrimination=self.discrimination[which],
+            difficulty=self.difficulty[which],
+            guessing=self.guessing[which],
+            chain=self.chain[which],
+            draw=self.draw[which],
+        )
+
     def subset(self, positions: np.ndarray) -> ItemDraws:
         """The same draws restricted to the items at ``positions``."""
         return ItemDraws(
@@ -524,15 +536,7 @@ def _unobserved_hits(
     unobs32 = unobs.astype(np.float32)
     for start in range(0, n_s, chunk):
         sl = slice(start, min(n_s, start + chunk))
-        sub = ItemDraws(
-            draws.items,
-            draws.subtask,
-            draws.discrimination[sl],
-            draws.difficulty[sl],
-            draws.guessing[sl],
-            draws.chain[sl],
-            draws.draw[sl],
-        )
+        sub = draws.select_draws(sl)
         p = sub.prob(ability[sl], dtype=np.float32)  # (s, L, I)
         expected[sl] = (p * unobs32[None]).sum(axis=2)
         hits = rng.random(p.shape, dtype=np.float32) < p
@@ -672,15 +676,7 @@ def _unobserved_moments(
     chunk = max(1, _CHUNK_CELLS // max(1, n_l * draws.n_items))
     for start in range(0, n_s, chunk):
         sl = slice(start, min(n_s, start + chunk))
-        sub = ItemDraws(
-            draws.items,
-            draws.subtask,
-            draws.discrimination[sl],
-            draws.difficulty[sl],
-            draws.guessing[sl],
-            draws.chain[sl],
-            draws.draw[sl],
-        )
+        sub = draws.select_draws(sl)
         p = sub.prob(ability[sl], dtype=np.float32)  # (s, L, I)
         expect[sl] = (p * u[None]).sum(axis=2) / n_u
         bern[sl] = (p * (1 - p) * u[None]).sum(axis=2) / n_u**2
