@@ -42,6 +42,15 @@ def _axes(ax: Axes | None, figsize: tuple[float, float] = (6.4, 4.2)) -> tuple[F
     return fig, new_ax
 
 
+def _finish(fig: Figure, ax: Axes, title: str | None, grid_axis: str = "both") -> Figure:
+    """The common last touches: light grid, frameless small legend, optional title."""
+    ax.grid(alpha=0.3, axis=grid_axis)  # type: ignore[arg-type]
+    ax.legend(fontsize="small", frameon=False)
+    if title:
+        ax.set_title(title)
+    return fig
+
+
 def _require(frame: pd.DataFrame, columns: Sequence[str], what: str) -> None:
     absent = [c for c in columns if c not in frame.columns]
     if absent:
@@ -94,11 +103,7 @@ def plot_mdad_vs_n(
     ax.set_xlabel("items in the micro-benchmark")
     ax.set_ylabel("MDAD (accuracy points)")
     ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", frameon=False)
-    if title:
-        ax.set_title(title)
-    return fig
+    return _finish(fig, ax, title)
 
 
 def plot_ranking_curve(
@@ -137,11 +142,7 @@ def plot_ranking_curve(
     ax.set_xlabel("full-benchmark accuracy gap (points)")
     ax.set_ylabel("P(subset ranks the pair correctly)")
     ax.set_ylim(0.45, 1.01)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", frameon=False)
-    if title:
-        ax.set_title(title)
-    return fig
+    return _finish(fig, ax, title)
 
 
 def plot_estimates(
@@ -179,11 +180,7 @@ def plot_estimates(
     ax.plot([lo, hi], [lo, hi], color="0.4", ls="--", lw=1)
     ax.set_xlabel("true full-benchmark accuracy")
     ax.set_ylabel("estimate from the subset")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", frameon=False)
-    if title:
-        ax.set_title(title)
-    return fig
+    return _finish(fig, ax, title)
 
 
 def plot_selection(
@@ -216,11 +213,7 @@ def plot_selection(
         fontsize="small",
     )
     ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize="small", frameon=False)
-    if title:
-        ax.set_title(title)
-    return fig
+    return _finish(fig, ax, title, grid_axis="y")
 
 
 def save_figure(
