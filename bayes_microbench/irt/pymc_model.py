@@ -82,6 +82,24 @@ def initial_values(data: IRTData) -> dict[str, np.ndarray]:
     return {"z": z, "logit_item": logit_item}
 
 
+def item_centers(data: IRTData) -> np.ndarray:
+    """Per item, the information-weighted mean of the starting abilities.
+
+    Writing an item's logit as ``a * (v - c) + e'`` instead of ``a * v + e``
+    makes ``a`` and ``e'`` nearly uncorrelated in the posterior when ``c`` is
+    where the item's Fisher information sits: for a hard item only the strong
+    llms carry information, so its slope and intercept are strongly
+    correlated around ``c = 0`` but not around its own centre.
+    """
+    init = initial_values(data)
+    z = init["z"]
+    eta = z[:, None] + init["logit_item"][None, :]
+    p = 1.0 / (1.0 + np.exp(-eta))
+    w = p * (1.0 - p) * data.observed
+    tot = w.sum(axis=0)
+    return np.where(tot > 0, (w * z[:, None]).sum(axis=0) / np.maximum(tot, 1e-12), 0.0)
+
+
 def build(
     data: IRTData,
     config: IRTConfig,
@@ -150,7 +168,9 @@ def build(
                 )
                 a_lik = pt.exp(lat)
                 a_true = a_lik / pt.exp(log_s)
-                e = pm.Flat("e", dims="item", initval=e_init)
+                centers = item_centers(data)
+                e_c = pm.Flat("e", dims="item", initval=(e_init + centers).astype(dtype))
+                e = e_c - a_lik * cast(centers)
                 pm.Potential(
                     "intercept_prior",
                     pm.logp(pm.Normal.dist(mu_d[sub], sd_d[sub]), e - a_true * m).sum(),
@@ -240,20 +260,16 @@ def _loglik(data: IRTData, theta: Any, a: Any, e: Any, guess: Any, cast: Any) ->
     """Bernoulli-logit log likelihood of the observed cells (missing cells left out)."""
     import pytensor.tensor as pt
 
+    from ._likelihood import bernoulli_logit_loglik
+
     obs = data.observed
     y0 = np.where(obs, data.values, 0.0)
     if data.dense:
         slope = theta[:, None] * (a[None, :] if a is not None else 1.0)
         eta = slope + e[None, :]
         if guess is None:
-            # sum y * eta computed as theta' Y a + e' colsum(Y): one matrix-vector product
-            lin = (
-                pt.dot(theta, pt.dot(cast(y0), a))
-                if a is not None
-                else pt.dot(theta, cast(y0.sum(1)))
-            ) + pt.dot(e, cast(y0.sum(0)))
-            sp = pt.softplus(eta)
-            return lin - (sp.sum() if data.complete else (cast(obs) * sp).sum())
+            weight = cast(np.asarray(1.0)) if data.complete else cast(obs)
+            return bernoulli_logit_loglik(eta, cast(y0), weight)
         log_c = pt.log(pt.maximum(guess, 1e-12))[None, :]
         log_1mc = pt.log1p(-guess)[None, :]
         log_p = pt.logaddexp(log_c, log_1mc - pt.softplus(-eta))
@@ -264,7 +280,7 @@ def _loglik(data: IRTData, theta: Any, a: Any, e: Any, guess: Any, cast: Any) ->
     y = data.values[rows, cols]
     eta_k = theta[rows] * (a[cols] if a is not None else 1.0) + e[cols]
     if guess is None:
-        return (cast(y) * eta_k).sum() - pt.softplus(eta_k).sum()
+        return bernoulli_logit_loglik(eta_k, cast(y), cast(np.asarray(1.0)))
     c = guess[cols]
     log_p = pt.logaddexp(pt.log(pt.maximum(c, 1e-12)), pt.log1p(-c) - pt.softplus(-eta_k))
     log_q = pt.log1p(-c) - pt.softplus(eta_k)
@@ -294,8 +310,9 @@ def to_saved_scale(
             v = u * np.sqrt(n_l - 1.0) / r
             s = np.sqrt(f64["s2"])[..., None]
             ability = m + s * v
-            a = np.exp(f64["log_disc_scaled"]) / s
-            intercept = f64["e"] - a * m
+            a_lik = np.exp(f64["log_disc_scaled"])
+            a = a_lik / s
+            intercept = f64["e"] - a_lik * item_centers(data) - a * m
             log_disc_mean = f64["log_disc_mean_scaled"] - np.log(s)
             out["log_disc_mean"] = (("subtask",), log_disc_mean)
             out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
