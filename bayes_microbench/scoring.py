@@ -7,6 +7,9 @@ The item posterior (the ``posterior`` group of a fitted IRT model, see
     P(correct) = guessing + (1 - guessing) * logistic(discrimination * (ability - difficulty))
 
 with the llm population ``ability ~ Normal(0, 1)`` fixed by identification.
+A multidimensional 2PL posterior (``2pl-md``) is refused by :func:`item_draws`
+with one line (scoring, design and the Bayesian selectors need a 1-D ability):
+fit a 1-D model for them.
 
 For a new llm with responses ``y`` on a subset ``O`` of the items, for every
 posterior draw ``s`` of the item parameters we compute the conditional
@@ -220,6 +223,12 @@ def item_draws(
         Names the posterior in error messages.
     """
     ds = _as_dataset(posterior)
+    if "discrimination" in ds and "dim" in ds["discrimination"].dims:
+        raise UserInputError(
+            f"{where}: a multidimensional 2PL posterior ('2pl-md', {ds.sizes['dim']} ability "
+            "dims); scoring and design work on a 1-D ability: fit a 1-D model "
+            "('bayes-microbench fit --model 2pl') for them"
+        )
     if "difficulty" not in ds:
         raise UserInputError(
             f"{where}: no 'difficulty' variable; expected an IRT posterior with "

@@ -21,12 +21,24 @@ EXIT_UNCONVERGED = 3
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fit",
-        help="fit a hierarchical 1PL/2PL/3PL IRT model and save the posterior",
+        help="fit a hierarchical 1PL/2PL/3PL (or multidimensional 2PL) IRT model and save the posterior",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_responses(p)
-    p.add_argument("--model", choices=["1pl", "2pl", "3pl"], default="2pl", help="default 2pl")
+    p.add_argument(
+        "--model",
+        choices=["1pl", "2pl", "3pl", "2pl-md"],
+        default="2pl",
+        help="default 2pl; 2pl-md is the multidimensional 2PL (see --dims)",
+    )
+    p.add_argument(
+        "--dims",
+        type=int,
+        default=None,
+        metavar="D",
+        help="2pl-md only: number of ability dimensions (default 2)",
+    )
     p.add_argument(
         "--method",
         choices=["nuts", "advi", "pathfinder", "map", "laplace"],
@@ -78,9 +90,20 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError(f"--output {out}: the posterior is NetCDF; use a .nc file name")
     if args.thin < 1:
         raise UserInputError(f"--thin must be at least 1, got {args.thin}")
+    config: dict[str, object] = {}
+    if args.n_options is not None:
+        config["n_options"] = args.n_options
+    if args.model == "2pl-md":
+        dims = 2 if args.dims is None else args.dims
+        if dims < 1:
+            raise UserInputError(f"--dims must be a whole number >= 1, got {dims}")
+        config["n_dims"] = dims
+    elif args.dims is not None:
+        raise UserInputError(
+            f"--dims applies only to --model 2pl-md (got --model {args.model}); drop --dims"
+        )
     resp = load_responses(args.responses, args.items)
-    config = {"n_options": args.n_options} if args.n_options is not None else None
-    model = IRTModel(resp, args.model, config=config)
+    model = IRTModel(resp, args.model, config=config or None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # reported below, once
         model.fit(
@@ -99,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         model.save(out, items_only=args.items_only, thin=args.thin)
     result = {
         "model": args.model,
+        "n_dims": model.config.n_dims if args.model == "2pl-md" else None,
         "method": args.method,
         "n_llms": model.data.n_llms,
         "n_items": model.data.n_items,

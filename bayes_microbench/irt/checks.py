@@ -1,7 +1,10 @@
 """Posterior predictive checks and LOO model comparison of fitted IRT models.
 
 Both work on any fitted object with ``.posterior`` (``ability`` (chain, draw,
-llm), ``discrimination``, ``intercept``, optional ``guessing``) and the observed
+llm), ``discrimination``, ``intercept``, optional ``guessing``; for the
+multidimensional 2PL ``ability`` (chain, draw, llm, dim) and ``discrimination``
+(chain, draw, item, dim), with ``logit P = ability . discrimination +
+intercept``) and the observed
 matrix (an :class:`IRTModel`, or a :class:`FittedIRT` that kept its
 ``observed_data``).
 """
@@ -52,7 +55,11 @@ def _observed(fit: Any) -> np.ndarray:
 
 
 def _p_correct(d: dict[str, np.ndarray], s: int) -> np.ndarray:
-    eta = d["ability"][s][:, None] * d["discrimination"][s][None, :] + d["intercept"][s][None, :]
+    ab, a = d["ability"][s], d["discrimination"][s]
+    if ab.ndim == 2:  # multidimensional 2PL: ability (llm, dim), discrimination (item, dim)
+        eta = ab @ a.T + d["intercept"][s][None, :]
+    else:
+        eta = ab[:, None] * a[None, :] + d["intercept"][s][None, :]
     c = d["guessing"][s][None, :]
     return c + (1.0 - c) / (1.0 + np.exp(-eta))
 
@@ -209,7 +216,10 @@ def log_likelihood(fit: Any, *, max_draws: int = 400) -> xr.DataTree:
     ll = np.empty((n_chain, n_draw, len(yk)), dtype=np.float32)
     for c in range(n_chain):
         for s in range(n_draw):
-            eta = ab[c, s, rows] * a[c, s, cols] + e[c, s, cols]
+            if ab.ndim == 4:  # multidimensional 2PL: sum over the ability dims
+                eta = np.einsum("kd,kd->k", ab[c, s, rows], a[c, s, cols]) + e[c, s, cols]
+            else:
+                eta = ab[c, s, rows] * a[c, s, cols] + e[c, s, cols]
             if g is None:
                 ll[c, s] = yk * eta - np.logaddexp(0.0, eta)
             else:

@@ -30,6 +30,7 @@ CHECKED = (
     "intercept_sd",
     "log_disc_mean",
     "log_disc_sd",
+    "loading_sd",
 )
 
 
@@ -77,8 +78,13 @@ def _worst(ds: Any, reducer: str) -> tuple[float, str]:
             best_val = val
             label = name
             if da.ndim:
-                dim = da.dims[0]
-                label = f"{name}[{da[dim].values.reshape(-1)[idx]}]"
+                # name every coordinate of the worst element (2-D for the 2pl-md loadings)
+                pos = np.unravel_index(idx, values.shape)
+                parts = [
+                    str(da[dim].values[k]) if dim in da.coords else str(k)
+                    for dim, k in zip(da.dims, pos, strict=True)
+                ]
+                label = f"{name}[{', '.join(parts)}]"
             best_name = label
     return best_val, best_name
 
@@ -92,9 +98,18 @@ def summarize(posterior: Any, sample_stats: Any | None) -> ConvergenceSummary:
     # constant parameters (fixed guessing, 1PL discrimination) have no R-hat
     varying = [v for v in names if float(ds[v].std(("chain", "draw")).max()) > 0]
     ds = ds[varying]
-    rhat = ds.azstats.rhat()
-    ess_bulk = ds.azstats.ess(method="bulk")
-    ess_tail = ds.azstats.ess(method="tail")
+    # elements fixed by construction (the 2pl-md anchors' zero loadings) are constant:
+    # their R-hat / ESS are undefined and left out; any other non-finite value counts
+    # as a failure (R-hat inf, ESS 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rhat = ds.azstats.rhat()
+        ess_bulk = ds.azstats.ess(method="bulk")
+        ess_tail = ds.azstats.ess(method="tail")
+    constant = ds.std(("chain", "draw")) == 0
+    rhat = rhat.where(constant | np.isfinite(rhat), np.inf)
+    ess_bulk = ess_bulk.where(constant | np.isfinite(ess_bulk), 0.0)
+    ess_tail = ess_tail.where(constant | np.isfinite(ess_tail), 0.0)
+    rhat, ess_bulk, ess_tail = (x.where(~constant) for x in (rhat, ess_bulk, ess_tail))
     max_rhat, worst_rhat = _worst(rhat, "max")
     min_bulk, worst_bulk = _worst(ess_bulk, "min")
     min_tail, _ = _worst(ess_tail, "min")

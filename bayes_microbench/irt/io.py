@@ -13,6 +13,12 @@ Root attrs: ``model``, ``config_json``, ``config_hash``, ``sampler_json``,
 ``diagnostics_json``, ``notes_json`` (perfect llms/items), ``package_version``,
 ``format_version``, ``ability_population`` (``"normal(0,1)"``), ``items_only``,
 ``thin``, ``wall_seconds``.
+
+A ``2pl-md`` posterior has ``ability`` (chain, draw, llm, dim) and
+``discrimination`` (chain, draw, item, dim), ``mdisc``, ``loading_sd`` (dim
+``extra_dim``), posterior attrs ``anchors`` and ``n_dims``, and
+``ability_population`` ``"normal(0,I_D)"`` (see
+:mod:`bayes_microbench.irt.multidim`).
 """
 
 from __future__ import annotations
@@ -88,7 +94,9 @@ def save_posterior(
             "notes_json": json.dumps(fit.data.notes),
             "package_version": __version__,
             "format_version": FORMAT_VERSION,
-            "ability_population": "normal(0,1)",
+            "ability_population": str(
+                tree["posterior"].attrs.get("ability_population", "normal(0,1)")
+            ),
             "items_only": int(items_only),
             "thin": thin,
             "wall_seconds": float(fit.wall_seconds or 0.0),
@@ -150,6 +158,15 @@ class FittedIRT:
     @property
     def converged(self) -> bool | None:
         return None if self.diagnostics is None else self.diagnostics.ok
+
+    def item_embeddings(self) -> xr.DataArray:
+        """Posterior-mean loadings ``(item, dim)`` of a ``2pl-md`` posterior.
+
+        See :func:`bayes_microbench.irt.multidim.item_embeddings`.
+        """
+        from .multidim import item_embeddings
+
+        return item_embeddings(self.posterior)
 
     def __repr__(self) -> str:
         post = self.posterior

@@ -1,4 +1,4 @@
-"""``IRTModel``: hierarchical 1PL / 2PL / 3PL with a lazy lifecycle.
+"""``IRTModel``: hierarchical 1PL / 2PL / 3PL / multidimensional 2PL with a lazy lifecycle.
 
 ``__init__`` validates the configuration and the data, :meth:`IRTModel.build_model`
 builds the PyMC graph once, :meth:`IRTModel.fit` samples (or approximates) and
@@ -8,6 +8,7 @@ make a new one.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -39,7 +40,9 @@ class IRTModel:
     responses
         The :class:`~bayes_microbench.responses.Responses` to fit.
     model
-        ``"1pl"``, ``"2pl"`` (default) or ``"3pl"``.
+        ``"1pl"``, ``"2pl"`` (default), ``"3pl"`` or ``"2pl-md"`` (multidimensional
+        2PL with ``config={"n_dims": D}``, default 2; see
+        :mod:`bayes_microbench.irt.multidim`).
     config
         Extra :class:`IRTConfig` fields (priors, ``n_options``), merged over the
         defaults; an unknown key is a :class:`ConfigurationError`.
@@ -69,14 +72,13 @@ class IRTModel:
             )
         else:
             cfg = IRTConfig.from_dict({**(config or {}), "model": model})
-        if cfg.model == "2pl-md":
-            raise ConfigurationError(
-                "model '2pl-md' (multidimensional 2PL) is not available in this version; "
-                "use '1pl', '2pl' or '3pl'"
-            )
         self.config: IRTConfig = cfg.validate()
         self.responses = responses
         self.data = IRTData.from_responses(responses, self.config)
+        if self.is_multidim:
+            from .multidim import check_dims
+
+            check_dims(self.data, self.config.n_dims)
         self.idata: xr.DataTree | None = None
         self.sampler: SamplerConfig | None = None
         self.diagnostics: ConvergenceSummary | None = None
@@ -86,17 +88,41 @@ class IRTModel:
         self._model_key: tuple[str, bool] | None = None
 
     # ------------------------------------------------------------ lifecycle
-    def build_model(self, *, parameterization: str = "decoupled", float32: bool = True) -> Any:
-        """Build (once) and return the :class:`pymc.Model`."""
+    @property
+    def is_multidim(self) -> bool:
+        """True for the multidimensional 2PL (``model="2pl-md"``)."""
+        return self.config.model == "2pl-md"
+
+    def build_model(self, *, parameterization: str | None = None, float32: bool = True) -> Any:
+        """Build (once) and return the :class:`pymc.Model`.
+
+        ``parameterization`` defaults to ``"decoupled"`` (``"centered"`` for
+        ``2pl-md``, see :mod:`bayes_microbench.irt.multidim`).
+        """
+        if parameterization is None:
+            parameterization = "centered" if self.is_multidim else "decoupled"
         key = (parameterization, bool(float32))
         if self._model is None or self._model_key != key:
-            from .pymc_model import build
+            if self.is_multidim:
+                from . import multidim
 
-            self._model = build(
-                self.data, self.config, parameterization=parameterization, float32=float32
-            )
+                self._model = multidim.build(
+                    self.data, self.config, parameterization=parameterization, float32=float32
+                )
+            else:
+                from .pymc_model import build
+
+                self._model = build(
+                    self.data, self.config, parameterization=parameterization, float32=float32
+                )
             self._model_key = key
         return self._model
+
+    def item_embeddings(self) -> xr.DataArray:
+        """Posterior-mean loadings ``(item, dim)`` of a ``2pl-md`` fit (see ``multidim``)."""
+        from .multidim import item_embeddings
+
+        return item_embeddings(self.posterior)
 
     @property
     def is_fitted(self) -> bool:
@@ -186,7 +212,18 @@ class IRTModel:
             from .pymc_model import CENTERED_MIN_LLMS
 
             centered = method == "nuts" and self.data.n_llms >= CENTERED_MIN_LLMS
-            parameterization = "decoupled" if centered else "non-centered"
+            if self.is_multidim:
+                parameterization = "centered" if centered else "non-centered"
+            else:
+                parameterization = "decoupled" if centered else "non-centered"
+        elif self.is_multidim:
+            from .multidim import PARAMETERIZATIONS
+
+            if parameterization not in PARAMETERIZATIONS:
+                raise ConfigurationError(
+                    f"model '2pl-md' takes parameterization 'auto' or one of "
+                    f"{list(PARAMETERIZATIONS)}, got {parameterization!r}"
+                )
         import pytensor
 
         with pytensor.config.change_flags(floatX="float32" if float32 else "float64"):
@@ -242,15 +279,31 @@ class IRTModel:
     def _assemble(
         self, raw: dict[str, np.ndarray], sample_stats: dict[str, np.ndarray] | None, param: str
     ) -> xr.DataTree:
-        from .pymc_model import to_saved_scale
-
-        saved = to_saved_scale(raw, self.data, self.config, param)
-        coords = {
+        coords: dict[str, Any] = {
             "llm": self.data.llms,
             "item": self.data.items,
             "subtask": self.data.subtasks,
             "item_subtask": ("item", self.data.item_subtask),
         }
+        post_attrs = {"ability_population": "normal(0,1)"}
+        if self.is_multidim:
+            from . import multidim
+
+            n_dims = self.config.n_dims
+            anchors = multidim.start_values(self.data, n_dims).anchors
+            saved = multidim.to_saved_scale(raw, self.data, self.config, param, anchors)
+            coords["dim"] = np.arange(n_dims)
+            if n_dims >= 2:
+                coords["extra_dim"] = np.arange(1, n_dims)
+            post_attrs = {
+                "ability_population": f"normal(0,I_{n_dims})",
+                "anchors": json.dumps([str(self.data.items[k]) for k in anchors]),
+                "n_dims": str(n_dims),
+            }
+        else:
+            from .pymc_model import to_saved_scale
+
+            saved = to_saved_scale(raw, self.data, self.config, param)
         first = next(iter(saved.values()))[1]
         n_chain, n_draw = first.shape[:2]
         coords["chain"] = np.arange(n_chain)
@@ -259,7 +312,7 @@ class IRTModel:
             {name: (("chain", "draw", *dims), vals) for name, (dims, vals) in saved.items()},
             coords=coords,
         )
-        post.attrs["ability_population"] = "normal(0,1)"
+        post.attrs.update(post_attrs)
         groups: dict[str, xr.Dataset] = {"posterior": post}
         if sample_stats:
             groups["sample_stats"] = xr.Dataset(

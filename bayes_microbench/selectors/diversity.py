@@ -21,6 +21,11 @@ Taskar). We build the same kernel:
    projection kernel ``K = Q Q^T`` of rank ``n``;
 5. ``n`` items are drawn exactly from that DPP (chain rule, seeded).
 
+``DiversitySelector(item_embeddings=E)`` replaces step 1 by precomputed
+embeddings (e.g. the posterior-mean loadings of a multidimensional 2PL,
+:func:`bayes_microbench.irt.multidim.item_embeddings`); the default is the
+study's PCA.
+
 The estimate is the plain mean of the chosen items, as in the study (its
 quadrature weights were computed but not used). If the embedding is
 degenerate (every component constant) the draw is uniform and
@@ -35,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from ..exceptions import UserInputError
 from ._cluster import on_one_blas_thread, sample_projection_dpp
 from ._features import check_inputs, fill_missing, signal
 from .base import Seed, Selection, check_size, weighted_mean_estimate
@@ -66,9 +72,22 @@ def pca_embedding(x: np.ndarray, n_components: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class DiversitySelector:
-    """``diversity`` (see the module docstring)."""
+    """``diversity`` (see the module docstring).
+
+    Parameters
+    ----------
+    name
+        The selector's name.
+    item_embeddings
+        Optional precomputed ``(n_items, d)`` item embeddings (e.g. the
+        posterior-mean loadings of a ``2pl-md`` fit,
+        ``FittedIRT.item_embeddings().values``), in the column order of the
+        source matrix, used instead of step 1's PCA; steps 2-5 are unchanged.
+        ``None`` (default): the study's PCA of the source responses.
+    """
 
     name: str = "diversity"
+    item_embeddings: Any = field(default=None, repr=False, compare=False)
 
     @on_one_blas_thread
     def prepare(
@@ -79,10 +98,14 @@ class DiversitySelector:
         random_seed: Seed = None,
     ) -> PreparedDiversity:
         src, _, conf = check_inputs(source, subtask_codes, confidence, self.name)
-        x, note = signal(src, conf)
-        items_by_llm = fill_missing(x).T
-        d = min(MAX_COMPONENTS, *items_by_llm.shape)
-        emb = pca_embedding(items_by_llm, d)
+        if self.item_embeddings is not None:
+            emb = _check_embeddings(self.item_embeddings, src.shape[1], self.name)
+            note = f"precomputed item embeddings ({emb.shape[1]} dims)"
+        else:
+            x, note = signal(src, conf)
+            items_by_llm = fill_missing(x).T
+            d = min(MAX_COMPONENTS, *items_by_llm.shape)
+            emb = pca_embedding(items_by_llm, d)
         low = np.quantile(emb, TAIL, axis=0)
         high = np.quantile(emb, 1.0 - TAIL, axis=0)
         keep = np.all((emb >= low) & (emb <= high), axis=1)
@@ -93,6 +116,21 @@ class DiversitySelector:
             inside=np.flatnonzero(keep),
             info={"signal": note},
         )
+
+
+def _check_embeddings(values: Any, n_items: int, name: str) -> np.ndarray:
+    """Precomputed embeddings as a finite ``(n_items, d)`` float array (one-line errors)."""
+    emb = np.asarray(values, dtype=np.float64)
+    if emb.ndim == 1:
+        emb = emb[:, None]
+    if emb.ndim != 2 or emb.shape[0] != n_items or emb.shape[1] < 1:
+        raise UserInputError(
+            f"{name}: item_embeddings must have shape (n_items, d) = ({n_items}, d) in the "
+            f"source's item order, got shape {emb.shape}"
+        )
+    if not np.isfinite(emb).all():
+        raise UserInputError(f"{name}: item_embeddings contain NaN or infinite values")
+    return emb
 
 
 def _rescale(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,420 @@
+"""The multidimensional 2PL (``model="2pl-md"``, ``n_dims=D``): PyMC graph and saved scale.
+
+Model
+-----
+::
+
+    ability[j, d]            ~ Normal(0, 1)     iid over llms j and dims d (fixed scale, location)
+    intercept_mean[s]        ~ Normal(0, intercept_mean_sd)
+    intercept_sd[s]          ~ HalfNormal(intercept_sd_scale)
+    intercept[i]             ~ Normal(intercept_mean[s(i)], intercept_sd[s(i)])
+    log_disc_mean[s]         ~ Normal(0, log_disc_mean_sd)
+    log_disc_sd[s]           ~ HalfNormal(log_disc_sd_scale)
+    discrimination[i, 0]     = exp(log_discrimination[i]),
+    log_discrimination[i]    ~ Normal(log_disc_mean[s(i)], log_disc_sd[s(i)])
+    loading_sd[d]            ~ HalfNormal(LOADING_SD_SCALE)                     d = 1..D-1
+    discrimination[i, d]     ~ Normal(0, loading_sd[d])                          d = 1..D-1
+                               except for the D anchor items (below)
+    logit P(correct[j, i])   = sum_d discrimination[i, d] * ability[j, d] + intercept[i]
+
+The priors of the intercepts and of the first dimension are the 2PL's
+(:class:`~bayes_microbench.irt.IRTConfig`); the scale of the other dimensions'
+loadings is learned per dimension (``loading_sd``, prior scale
+:data:`LOADING_SD_SCALE`, not part of the configuration).
+
+Identification
+--------------
+With ``ability ~ Normal(0, I_D)`` the likelihood and the ability prior are
+invariant under any orthogonal rotation ``Q`` (``ability -> ability Q``,
+``discrimination -> discrimination Q``): the classic rotation problem. We fix
+it with a lower-triangular constraint on ``D`` *anchor items*: anchor ``k``
+(``k = 0..D-1``) has zero loadings on dimensions ``k+1..D-1`` and a positive
+loading on dimension ``k`` (for ``k >= 1`` a half-normal with scale
+``loading_sd[k]``; for ``k = 0`` every item's dimension-0 loading is positive
+anyway). That removes every rotation and sign flip (when the anchors' loadings
+are not degenerate), so the posterior means of ``ability`` and
+``discrimination`` are meaningful, dimension by dimension.
+
+The anchors are chosen from the data (seedless and deterministic) by an SVD
+of the item-mean-filled, centred response matrix: anchor 0 is the item (among
+the better half by loading norm) whose loadings on the first ``D`` principal
+components point most nearly along the first; anchor ``k`` is the item with
+the largest component-``k`` loading net of its loadings on the later
+components. Dimension 0 is therefore the "general ability" direction (close
+to the first principal component, the accuracy direction), and every item's
+dimension-0 loading is constrained positive, as in the 2PL: this positivity is
+a modelling assumption (no item gets easier as general ability rises), not
+only an identification device. The anchor item ids are saved in the
+posterior's ``anchors`` attribute.
+
+What is and is not identified: the subspace spanned by the loadings and the
+abilities, the per-item loading norm and multidimensional difficulty (both
+rotation-invariant), and, given the anchors, each loading and ability
+coordinate. The *meaning* of dimensions ``1..D-1`` depends on the anchors
+(another anchor choice is another rotation of the same model): compare them
+across fits by rotation-invariant summaries (canonical correlations,
+subspace angles), not coordinate by coordinate. When a dimension has almost no
+signal (``loading_sd[d]`` near 0) its anchor's sign constraint makes its
+posterior skewed and slow to sample.
+
+Saved scale
+-----------
+``ability`` (chain, draw, llm, dim), ``discrimination`` (chain, draw, item,
+dim), ``intercept`` (item), and two rotation-invariant per-item scalars (Reckase's
+multidimensional discrimination and difficulty)::
+
+    mdisc[i]      = |discrimination[i, :]|
+    difficulty[i] = -intercept[i] / mdisc[i]
+
+so that ``logit P = mdisc[i] * (ability[j] . u[i] - difficulty[i])`` with
+``u[i]`` the unit loading direction: ``difficulty`` is the distance from the
+population centre, along the item's loading direction, at which
+P(correct) = 1/2. Subtask level: ``intercept_mean``, ``intercept_sd``,
+``log_disc_mean``, ``log_disc_sd`` (dim ``subtask``, dimension 0 only) and
+``loading_sd`` (dim ``extra_dim``, coords ``1..D-1``). ``dim`` has coords
+``0..D-1``.
+
+Parameterizations: ``"centered"`` (NUTS on 100 or more llms: each cell is
+informative) and ``"non-centered"`` (item log-discriminations, intercepts and
+extra loadings as mean + sd * standard normal: the optimizers and ADVI need a
+density with a mode, and small matrices sample better this way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from ..exceptions import ConfigurationError
+from .config import IRTConfig
+from .data import IRTData
+
+PARAMETERIZATIONS = ("centered", "non-centered")
+
+#: Prior scale (half-normal) of the per-dimension sd of the loadings on dims 1..D-1.
+LOADING_SD_SCALE = 1.0
+
+
+@dataclass(frozen=True)
+class Start:
+    """Data-driven anchors and starting values (from an SVD of the response matrix)."""
+
+    anchors: np.ndarray  # (D,) item positions
+    ability: np.ndarray  # (llm, D)
+    loadings: np.ndarray  # (item, D); dim 0 positive
+    intercept: np.ndarray  # (item,)
+
+
+def check_dims(data: IRTData, n_dims: int) -> None:
+    """Refuse a dimension count the data cannot carry (one line)."""
+    if n_dims > min(data.n_items, data.n_llms) - 1:
+        raise ConfigurationError(
+            f"n_dims = {n_dims} is too large for {data.n_llms} llms x {data.n_items} items; "
+            f"use at most {max(1, min(data.n_items, data.n_llms) - 1)} dimensions"
+        )
+
+
+def start_values(data: IRTData, n_dims: int) -> Start:
+    """Anchors and starting values (deterministic) for ``n_dims`` dimensions."""
+    y = data.values
+    obs = data.observed
+    with np.errstate(invalid="ignore"):
+        p_item = np.nanmean(y, axis=0)
+        acc = np.nanmean(y, axis=1)
+    filled = np.where(obs, y, p_item[None, :])
+    x = filled - filled.mean(axis=0, keepdims=True)
+    u, s, vt = np.linalg.svd(x, full_matrices=False)
+    d = n_dims
+    k = min(d, s.size)
+    scores = u[:, :k] * s[:k]
+    load = vt[:k].T * s[:k] / np.sqrt(max(data.n_llms - 1, 1))
+    if k < d:  # degenerate matrix: pad with tiny deterministic columns
+        pad = d - k
+        scores = np.hstack([scores, np.tile(np.linspace(-1, 1, data.n_llms)[:, None], pad)])
+        load = np.hstack([load, np.full((data.n_items, pad), 1e-3)])
+    # orient the first component with accuracy
+    acc_c = np.nan_to_num(acc - np.nanmean(acc))
+    if float(scores[:, 0] @ acc_c) < 0:
+        scores[:, 0] *= -1
+        load[:, 0] *= -1
+    norm = np.linalg.norm(load, axis=1)
+    anchors: list[int] = []
+    if d >= 2:
+        strong = norm >= np.median(norm)
+        cos0 = np.where(strong, load[:, 0] / np.maximum(norm, 1e-12), -np.inf)
+        anchors.append(int(np.argmax(cos0)))
+        for dim in range(1, d):
+            later = np.linalg.norm(load[:, dim + 1 :], axis=1) if dim + 1 < d else 0.0
+            score = np.abs(load[:, dim]) - later
+            score[anchors] = -np.inf
+            anchors.append(int(np.argmax(score)))
+        # rotate so the anchors' loadings are lower triangular with a positive diagonal
+        q, r = np.linalg.qr(load[anchors].T)
+        sign = np.where(np.diag(r) < 0, -1.0, 1.0)
+        q = q * sign[None, :]
+        load = load @ q
+        scores = scores @ q
+    sd = scores.std(axis=0, ddof=1)
+    ability = (scores - scores.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+    # loadings on the ability scale: dim 0 around 1, others relative to it
+    ref = float(np.median(np.abs(load[:, 0]))) or 1.0
+    loadings = np.clip(load / ref, -3.0, 3.0)
+    loadings[:, 0] = np.clip(loadings[:, 0], 0.1, 3.0)
+    for dim, item in enumerate(anchors):
+        loadings[item, dim + 1 :] = 0.0
+        loadings[item, dim] = max(loadings[item, dim], 0.05)
+    p_item = np.clip(np.nan_to_num(p_item, nan=0.5), 0.02, 0.98)
+    return Start(
+        anchors=np.asarray(anchors, dtype=np.int64),
+        ability=ability,
+        loadings=loadings,
+        intercept=np.log(p_item / (1 - p_item)),
+    )
+
+
+def _layout(n_items: int, n_dims: int, anchors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (item, extra column) of the free loadings and of the positive diagonal."""
+    free = np.ones((n_items, n_dims - 1), dtype=bool)
+    diag = []
+    for k, item in enumerate(anchors):
+        # anchor k: free on dims 1..k-1, positive on dim k (k >= 1), zero on dims k+1..D-1
+        # (extra column c holds dim c + 1)
+        free[item, :] = False
+        if k >= 1:
+            free[item, : k - 1] = True
+            diag.append((int(item), k - 1))
+    return np.argwhere(free), np.asarray(diag, dtype=np.int64).reshape(-1, 2)
+
+
+def build(
+    data: IRTData, config: IRTConfig, *, parameterization: str = "centered", float32: bool = True
+) -> Any:
+    """Return the :class:`pymc.Model` of the multidimensional 2PL."""
+    import pymc as pm
+    import pytensor
+    import pytensor.tensor as pt
+
+    if parameterization not in PARAMETERIZATIONS:
+        raise ConfigurationError(
+            f"the 2pl-md model samples parameterization {list(PARAMETERIZATIONS)}, "
+            f"got {parameterization!r}"
+        )
+    n_dims = int(config.n_dims)
+    check_dims(data, n_dims)
+    dtype = "float32" if float32 else "float64"
+    start = start_values(data, n_dims)
+    sub = data.subtask_codes
+    n_s = len(data.subtasks)
+    centered = parameterization == "centered"
+    coords = {
+        "llm": data.llms,
+        "item": data.items,
+        "subtask": data.subtasks,
+        "dim": np.arange(n_dims),
+        "extra_dim": np.arange(1, n_dims),
+    }
+
+    def arr(x: Any) -> np.ndarray:
+        return np.asarray(x, dtype=dtype)
+
+    with pytensor.config.change_flags(floatX=dtype), pm.Model(coords=coords) as model:
+        ability = pm.Normal("ability", 0.0, 1.0, dims=("llm", "dim"), initval=arr(start.ability))
+        # ----------------------------------------------------------- intercepts
+        e_init = start.intercept
+        sub_mean = np.array([e_init[sub == k].mean() for k in range(n_s)]) + 0.01
+        mu_d = pm.Normal(
+            "intercept_mean", 0.0, config.intercept_mean_sd, dims="subtask", initval=arr(sub_mean)
+        )
+        sd_d = pm.HalfNormal(
+            "intercept_sd", config.intercept_sd_scale, dims="subtask", initval=arr(np.ones(n_s))
+        )
+        if centered:
+            e = pm.Normal("intercept", mu_d[sub], sd_d[sub], dims="item", initval=arr(e_init))
+        else:
+            z_init = e_init - sub_mean[sub] + 0.01
+            z_d = pm.Normal("intercept_z", 0.0, 1.0, dims="item", initval=arr(z_init))
+            e = mu_d[sub] + sd_d[sub] * z_d
+        # --------------------------------------------------- dimension 0 loadings
+        la_init = np.log(start.loadings[:, 0])
+        la_mean = np.array([la_init[sub == k].mean() for k in range(n_s)]) + 0.01
+        mu_la = pm.Normal(
+            "log_disc_mean", 0.0, config.log_disc_mean_sd, dims="subtask", initval=arr(la_mean)
+        )
+        sd_la = pm.HalfNormal(
+            "log_disc_sd",
+            config.log_disc_sd_scale,
+            dims="subtask",
+            initval=arr(np.full(n_s, 0.3)),
+        )
+        if centered:
+            la = pm.Normal(
+                "log_discrimination", mu_la[sub], sd_la[sub], dims="item", initval=arr(la_init)
+            )
+        else:
+            z_la = pm.Normal(
+                "log_disc_z",
+                0.0,
+                1.0,
+                dims="item",
+                initval=arr((la_init - la_mean[sub]) / 0.3 + 0.01),
+            )
+            la = mu_la[sub] + sd_la[sub] * z_la
+        disc = pt.exp(la)[:, None]
+        # ----------------------------------------------- dimensions 1..D-1 loadings
+        if n_dims >= 2:
+            free, diag = _layout(data.n_items, n_dims, start.anchors)
+            extra_init = start.loadings[:, 1:]
+            sd_init = np.maximum(extra_init.std(axis=0), 0.1)
+            sd_l = pm.HalfNormal(
+                "loading_sd", LOADING_SD_SCALE, dims="extra_dim", initval=arr(sd_init)
+            )
+            f_init = extra_init[free[:, 0], free[:, 1]]
+            g_init = np.maximum(extra_init[diag[:, 0], diag[:, 1]], 0.05)
+            f_sd = sd_l[free[:, 1]]
+            g_sd = sd_l[diag[:, 1]]
+            if centered:
+                f = pm.Normal("loading_free", 0.0, f_sd, shape=len(free), initval=arr(f_init))
+                g = pm.HalfNormal("loading_diag", g_sd, shape=len(diag), initval=arr(g_init))
+            else:
+                f = f_sd * pm.Normal(
+                    "loading_free_z",
+                    0.0,
+                    1.0,
+                    shape=len(free),
+                    initval=arr(f_init / sd_init[free[:, 1]]),
+                )
+                g = g_sd * pm.HalfNormal(
+                    "loading_diag_z",
+                    1.0,
+                    shape=len(diag),
+                    initval=arr(g_init / sd_init[diag[:, 1]]),
+                )
+            extra = pt.zeros((data.n_items, n_dims - 1), dtype=dtype)
+            extra = pt.set_subtensor(extra[free[:, 0], free[:, 1]], f)
+            extra = pt.set_subtensor(extra[diag[:, 0], diag[:, 1]], g)
+            disc = pt.concatenate([disc, extra], axis=1)
+        pm.Potential("loglik", _loglik(data, ability, disc, e, dtype))
+    return model
+
+
+def _loglik(data: IRTData, ability: Any, disc: Any, e: Any, dtype: str) -> Any:
+    """Bernoulli-logit log likelihood of the observed cells (missing cells left out).
+
+    Dense matrices (at least :data:`~bayes_microbench.irt.data.DENSE_MIN_OBSERVED`
+    observed): ``sum y * eta`` as ``sum(ability * (Y @ disc)) + e . colsum(Y)``
+    and the softplus over the full matrix (masked when cells are missing);
+    sparse ones gather the observed cells.
+    """
+    import pytensor.tensor as pt
+
+    obs = data.observed
+    y0 = np.where(obs, data.values, 0.0)
+    if data.dense:
+        lin = pt.sum(ability * pt.dot(np.asarray(y0, dtype=dtype), disc)) + pt.dot(
+            e, np.asarray(y0.sum(0), dtype=dtype)
+        )
+        eta = pt.dot(ability, disc.T) + e[None, :]
+        sp = pt.softplus(eta)
+        return lin - (sp.sum() if data.complete else (np.asarray(obs, dtype=dtype) * sp).sum())
+    rows, cols = np.nonzero(obs)
+    y = np.asarray(data.values[rows, cols], dtype=dtype)
+    eta_k = pt.sum(ability[rows] * disc[cols], axis=1) + e[cols]
+    return (y * eta_k).sum() - pt.softplus(eta_k).sum()
+
+
+# ------------------------------------------------------------------ output
+def to_saved_scale(
+    raw: dict[str, np.ndarray],
+    data: IRTData,
+    config: IRTConfig,
+    parameterization: str,
+    anchors: np.ndarray,
+) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+    """Map sampled variables (leading dims chain, draw) to the saved parameters.
+
+    Returns ``name -> (dims, values)`` (dims after ``chain, draw``); see the
+    module docstring for the list.
+    """
+    f64 = {k: np.asarray(v, dtype=np.float64) for k, v in raw.items()}
+    n_dims = int(config.n_dims)
+    sub = data.subtask_codes
+    lead = f64["intercept_sd"].shape[:-1]
+    if parameterization == "centered":
+        intercept = f64["intercept"]
+        la = f64["log_discrimination"]
+    else:
+        intercept = (
+            f64["intercept_mean"][..., sub] + f64["intercept_sd"][..., sub] * f64["intercept_z"]
+        )
+        la = f64["log_disc_mean"][..., sub] + f64["log_disc_sd"][..., sub] * f64["log_disc_z"]
+    disc = np.zeros((*lead, data.n_items, n_dims))
+    disc[..., 0] = np.exp(la)
+    out: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
+    if n_dims >= 2:
+        free, diag = _layout(data.n_items, n_dims, anchors)
+        sd_l = f64["loading_sd"]
+        if parameterization == "centered":
+            f, g = f64["loading_free"], f64["loading_diag"]
+        else:
+            f = sd_l[..., free[:, 1]] * f64["loading_free_z"]
+            g = sd_l[..., diag[:, 1]] * f64["loading_diag_z"]
+        disc[..., free[:, 0], free[:, 1] + 1] = f
+        disc[..., diag[:, 0], diag[:, 1] + 1] = g
+        out["loading_sd"] = (("extra_dim",), sd_l)
+    mdisc = np.sqrt(np.sum(disc**2, axis=-1))
+    out["ability"] = (("llm", "dim"), f64["ability"])
+    out["discrimination"] = (("item", "dim"), disc)
+    out["intercept"] = (("item",), intercept)
+    out["mdisc"] = (("item",), mdisc)
+    out["difficulty"] = (("item",), -intercept / mdisc)
+    out["intercept_mean"] = (("subtask",), f64["intercept_mean"])
+    out["intercept_sd"] = (("subtask",), f64["intercept_sd"])
+    out["log_disc_mean"] = (("subtask",), f64["log_disc_mean"])
+    out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
+    return out
+
+
+def is_multidim(posterior: Any) -> bool:
+    """True when ``posterior`` (a Dataset) holds a multidimensional model (a ``dim`` dim)."""
+    disc = posterior["discrimination"] if "discrimination" in posterior else None
+    return disc is not None and "dim" in disc.dims
+
+
+def item_embeddings(posterior: Any) -> xr.DataArray:
+    """Posterior-mean loadings of a ``2pl-md`` posterior as item embeddings ``(item, dim)``.
+
+    Parameters
+    ----------
+    posterior
+        The ``posterior`` Dataset of a ``2pl-md`` fit (or a fitted object /
+        DataTree holding one), with ``discrimination`` (chain, draw, item, dim).
+
+    Returns
+    -------
+    xarray.DataArray
+        Dims ``(item, dim)``; coordinates are identified by the anchor items
+        (see the module docstring), so compare embeddings of different fits by
+        rotation-invariant measures.
+
+    Raises
+    ------
+    ConfigurationError
+        The posterior is not multidimensional.
+    """
+    ds = posterior
+    if isinstance(ds, xr.DataTree):
+        ds = ds["posterior"].to_dataset() if "posterior" in ds.children else ds.to_dataset()
+    elif not isinstance(ds, xr.Dataset):
+        ds = ds.posterior
+    if not is_multidim(ds):
+        raise ConfigurationError(
+            "item embeddings need a multidimensional posterior (model '2pl-md', "
+            "discrimination with a 'dim' dim); fit IRTModel(responses, '2pl-md')"
+        )
+    emb = ds["discrimination"].mean(("chain", "draw")).transpose("item", "dim")
+    emb.name = "item_embedding"
+    emb.attrs["anchors"] = ds.attrs.get("anchors", "")
+    return emb

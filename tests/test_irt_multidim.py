@@ -1,0 +1,324 @@
+"""Tests of the multidimensional 2PL (``model="2pl-md"``, bayes_microbench.irt.multidim).
+
+Fast tier: refusals (no sampling), the data-driven anchors and starting values,
+the log likelihood (dense and gathered) against numpy, one short NUTS fit of a
+simulated 150 llms x 60 items, D = 2 matrix (recovery up to rotation, the
+identification constraints, diagnostics, PPC, LOO, save/load, embeddings and
+the diversity selector on them) and one MAP fit through the CLI.
+Slow tier (``-m slow``): every method, and a fuller recovery study.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from bayes_microbench.exceptions import (
+    ConfigurationError,
+    ConvergenceWarning,
+    IncompatibleArtifactError,
+    UserInputError,
+)
+from bayes_microbench.irt import IRTModel, load_posterior
+from bayes_microbench.irt import multidim as md
+from bayes_microbench.responses import Responses
+
+
+def simulate_mirt(n_llms=150, n_items=60, n_dims=2, *, missing=0.0, seed=0):
+    """A multidimensional 2PL matrix: dim-0 loadings log-normal, the others Normal(0, 1)."""
+    rng = np.random.default_rng(seed)
+    ability = rng.standard_normal((n_llms, n_dims))
+    loadings = np.empty((n_items, n_dims))
+    loadings[:, 0] = np.exp(rng.normal(0.2, 0.3, n_items))
+    loadings[:, 1:] = rng.normal(0.0, 1.0, (n_items, n_dims - 1))
+    intercept = rng.normal(0.0, 1.0, n_items)
+    p = 1.0 / (1.0 + np.exp(-(ability @ loadings.T + intercept)))
+    y = (rng.random(p.shape) < p).astype(float)
+    if missing:
+        y[rng.random(y.shape) < missing] = np.nan
+    resp = Responses.from_arrays(
+        y,
+        [f"llm{j}" for j in range(n_llms)],
+        [f"q{i}" for i in range(n_items)],
+        subtask=["a" if i % 2 else "b" for i in range(n_items)],
+    )
+    return resp, {"ability": ability, "loadings": loadings, "intercept": intercept}
+
+
+def canonical_correlations(x, y):
+    """Canonical correlations of two column spaces (rotation invariant), largest first."""
+    qx, _ = np.linalg.qr(x - x.mean(0))
+    qy, _ = np.linalg.qr(y - y.mean(0))
+    return np.linalg.svd(qx.T @ qy, compute_uv=False)
+
+
+def _pmean(post, name):
+    return post[name].mean(("chain", "draw")).values
+
+
+# ------------------------------------------------------------------ no MCMC
+def test_refusals_without_sampling():
+    resp, _ = simulate_mirt(20, 8, seed=1)
+    with pytest.raises(ConfigurationError, match=r"n_dims = 8 is too large .* at most 7"):
+        IRTModel(resp, "2pl-md", config={"n_dims": 8})
+    with pytest.raises(ConfigurationError, match="n_dims must be a whole number >= 1"):
+        IRTModel(resp, "2pl-md", config={"n_dims": 0})
+    with pytest.raises(ConfigurationError, match="takes parameterization 'auto' or one of"):
+        IRTModel(resp, "2pl-md").fit("map", parameterization="decoupled")
+    one_d = xr.Dataset(
+        {"discrimination": (("chain", "draw", "item"), np.ones((1, 2, 3)))},
+        coords={"item": ["a", "b", "c"]},
+    )
+    with pytest.raises(ConfigurationError, match="need a multidimensional posterior"):
+        md.item_embeddings(one_d)
+    from bayes_microbench.scoring import item_draws
+
+    multi = xr.Dataset(
+        {
+            "discrimination": (("chain", "draw", "item", "dim"), np.ones((1, 2, 3, 2))),
+            "difficulty": (("chain", "draw", "item"), np.zeros((1, 2, 3))),
+        }
+    )
+    with pytest.raises(UserInputError, match=r"multidimensional 2PL .* fit a 1-D model"):
+        item_draws(multi)
+
+
+def test_anchors_and_start_values_are_identified():
+    resp, truth = simulate_mirt(seed=2, n_dims=3, n_items=80)
+    model = IRTModel(resp, "2pl-md", config={"n_dims": 3})
+    start = md.start_values(model.data, 3)
+    assert len(set(start.anchors.tolist())) == 3
+    block = start.loadings[start.anchors]
+    assert np.allclose(np.triu(block, 1), 0.0)  # lower triangular on the anchors
+    assert (np.diag(block) > 0).all() and (start.loadings[:, 0] > 0).all()
+    assert np.allclose(start.ability.std(0, ddof=1), 1.0)
+    # the SVD start already spans the true ability space well
+    assert canonical_correlations(start.ability, truth["ability"])[0] > 0.9
+    # deterministic
+    again = md.start_values(model.data, 3)
+    assert np.array_equal(again.anchors, start.anchors)
+    assert np.array_equal(again.ability, start.ability)
+
+
+@pytest.mark.parametrize("missing", [0.2, 0.6])  # dense with a mask, then gathered
+def test_loglik_matches_numpy(missing):
+    resp, _ = simulate_mirt(40, 30, n_dims=3, missing=missing, seed=3)
+    model = IRTModel(resp, "2pl-md", config={"n_dims": 3})
+    assert model.data.dense == (missing < 0.5)
+    pm_model = model.build_model(parameterization="non-centered", float32=False)
+    outs = pm_model.replace_rvs_by_values([*pm_model.free_RVs, pm_model["loglik"]])
+    fn = pm_model.compile_fn(
+        outs,
+        inputs=pm_model.value_vars,
+        on_unused_input="ignore",
+        point_fn=False,
+        mode="FAST_COMPILE",
+    )
+    point = pm_model.initial_point()
+    values = fn(*[point[v.name] for v in pm_model.value_vars])
+    raw = {
+        rv.name: np.asarray(v)[None, None]
+        for rv, v in zip(pm_model.free_RVs, values[:-1], strict=True)
+    }
+    anchors = md.start_values(model.data, 3).anchors
+    saved = md.to_saved_scale(raw, model.data, model.config, "non-centered", anchors)
+    ab, a, e = (saved[k][1][0, 0] for k in ("ability", "discrimination", "intercept"))
+    eta = ab @ a.T + e
+    y = model.data.values
+    obs = ~np.isnan(y)
+    expect = np.sum(np.where(obs, np.where(obs, y, 0) * eta - np.logaddexp(0, eta), 0.0))
+    assert float(values[-1]) == pytest.approx(expect, rel=1e-9)
+    # the identification constraints hold in the saved scale
+    assert np.allclose(np.triu(a[anchors], 1), 0.0) and (np.diag(a[anchors]) > 0).all()
+
+
+# ------------------------------------------------------- one short NUTS fit
+@pytest.fixture(scope="module")
+def nuts_fit():
+    resp, truth = simulate_mirt(seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # 150 draws: R-hat may miss 1.01
+        fit = IRTModel(resp, "2pl-md").fit(draws=150, tune=150, random_seed=4)
+    return resp, truth, fit
+
+
+def test_nuts_recovers_the_ability_and_loading_spaces(nuts_fit):
+    _, truth, fit = nuts_fit
+    post = fit.posterior
+    ability, loadings = _pmean(post, "ability"), _pmean(post, "discrimination")
+    cc_ability = canonical_correlations(ability, truth["ability"])
+    cc_loadings = canonical_correlations(loadings, truth["loadings"])
+    # measured 0.97 / 0.93 and 0.96 / 0.72 (60 items per llm, 150 llms per item)
+    assert cc_ability[0] > 0.93 and cc_ability[1] > 0.85
+    assert cc_loadings[0] > 0.9 and cc_loadings[1] > 0.5
+    # dimension 0 is the general (positive-loading) direction
+    assert abs(np.corrcoef(ability[:, 0], truth["ability"][:, 0])[0, 1]) > 0.8
+    assert np.corrcoef(_pmean(post, "intercept"), truth["intercept"])[0, 1] > 0.9
+    # rotation-invariant item summaries
+    true_mdisc = np.linalg.norm(truth["loadings"], axis=1)
+    assert np.corrcoef(_pmean(post, "mdisc"), true_mdisc)[0, 1] > 0.6
+    true_mdiff = -truth["intercept"] / true_mdisc
+    assert np.corrcoef(_pmean(post, "difficulty"), true_mdiff)[0, 1] > 0.9
+
+
+def test_nuts_layout_constraints_and_diagnostics(nuts_fit):
+    _, _, fit = nuts_fit
+    post = fit.posterior
+    assert post["ability"].dims == ("chain", "draw", "llm", "dim")
+    assert post["discrimination"].dims == ("chain", "draw", "item", "dim")
+    assert post["intercept"].dims == ("chain", "draw", "item")
+    assert post["loading_sd"].dims == ("chain", "draw", "extra_dim")
+    assert post["log_disc_mean"].dims == ("chain", "draw", "subtask")
+    assert list(post["dim"].values) == [0, 1]
+    assert post.attrs["ability_population"] == "normal(0,I_2)"
+    anchors = json.loads(post.attrs["anchors"])
+    assert len(anchors) == 2
+    disc = post["discrimination"]
+    assert (disc.sel(dim=0) > 0).all()
+    assert (disc.sel(item=anchors[0], dim=1) == 0).all()
+    assert (disc.sel(item=anchors[1], dim=1) > 0).all()
+    d = fit.diagnostics
+    assert d is not None and d.n_chains == 2 and d.n_draws == 150
+    assert 1.0 <= d.max_rhat < 1.3 and np.isfinite(d.min_ess_bulk) and d.min_ess_bulk > 10
+    assert d.divergences == 0
+    assert "[" in d.worst_rhat  # a named element, e.g. "discrimination[q3, 1]"
+
+
+def test_ppc_uses_the_md_formula(nuts_fit):
+    from bayes_microbench.irt.checks import _draws, _p_correct, posterior_predictive_check
+
+    resp, _, fit = nuts_fit
+    d = _draws(fit.posterior, 10)
+    p = _p_correct(d, 0)
+    expect = 1 / (1 + np.exp(-(d["ability"][0] @ d["discrimination"][0].T + d["intercept"][0])))
+    np.testing.assert_allclose(p, expect)
+    ppc = posterior_predictive_check(fit, max_draws=100, random_seed=0)
+    # data drawn from the model: predicted accuracies close, few extreme p-values
+    assert ppc.summary["llm_accuracy_mean_abs_error"] < 0.03
+    assert ppc.summary["item_p_correct_mean_abs_error"] < 0.03
+    assert ppc.summary["llm_accuracy_ppp_outside_5_95"] < 0.2 * resp.n_llms
+
+
+def test_save_load_round_trip_and_embeddings(nuts_fit, tmp_path):
+    _, _, fit = nuts_fit
+    path = fit.save(tmp_path / "md.nc")
+    back = load_posterior(path)
+    assert back.model == "2pl-md" and back.config.n_dims == 2
+    for name in ("ability", "discrimination", "intercept", "loading_sd", "difficulty"):
+        np.testing.assert_allclose(
+            back.posterior[name].values, fit.posterior[name].values, rtol=1e-6, atol=1e-6
+        )
+    assert back.posterior.attrs["anchors"] == fit.posterior.attrs["anchors"]
+    assert back.idata.attrs["ability_population"] == "normal(0,I_2)"
+    with pytest.raises(IncompatibleArtifactError, match="another configuration"):
+        load_posterior(path, config={"model": "2pl-md", "n_dims": 3})
+    emb = back.item_embeddings()
+    assert emb.dims == ("item", "dim") and emb.shape == (60, 2)
+    np.testing.assert_allclose(emb.values, fit.item_embeddings().values, atol=1e-6)
+    small = load_posterior(fit.save(tmp_path / "items.nc", items_only=True, thin=3))
+    assert "ability" not in small.posterior and small.posterior.sizes["draw"] == 50
+    assert small.posterior["discrimination"].dims[-1] == "dim"
+
+
+def test_diversity_selector_takes_item_embeddings(nuts_fit):
+    from bayes_microbench.selectors.diversity import DiversitySelector
+
+    resp, _, fit = nuts_fit
+    src = resp.values
+    codes = resp.subtask_codes
+    emb = fit.item_embeddings().values
+    prep = DiversitySelector(item_embeddings=emb).prepare(src, codes, random_seed=0)
+    assert prep.info["signal"].startswith("precomputed item embeddings (2 dims)")
+    np.testing.assert_array_equal(prep.embedding, emb)
+    first = prep.select(12, random_seed=5)
+    assert len(set(first.items.tolist())) == 12
+    np.testing.assert_array_equal(first.items, prep.select(12, random_seed=5).items)
+    # the default is unchanged: PCA of the responses, same draw as an explicit None
+    default = DiversitySelector().prepare(src, codes, random_seed=0)
+    explicit = DiversitySelector(item_embeddings=None).prepare(src, codes, random_seed=0)
+    np.testing.assert_array_equal(default.embedding, explicit.embedding)
+    assert not np.array_equal(default.embedding[:, :2], emb)
+    with pytest.raises(UserInputError, match=r"item_embeddings must have shape \(n_items, d\)"):
+        DiversitySelector(item_embeddings=emb[:-1]).prepare(src, codes)
+
+
+# --------------------------------------------------------- MAP through the CLI
+def test_cli_fit_2pl_md_map_and_refusals(tmp_path, capsys):
+    from bayes_microbench.cli import main
+    from bayes_microbench.io import save_responses
+
+    resp, truth = simulate_mirt(seed=6)
+    csv = tmp_path / "r.csv"
+    save_responses(resp, csv)
+    out = tmp_path / "md.nc"
+    base = ["fit", "--responses", str(csv), "--output", str(out), "--quiet"]
+    code = main([*base, "--model", "2pl-md", "--dims", "2", "--method", "map", "--json"])
+    assert code == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["model"] == "2pl-md" and res["n_dims"] == 2 and res["output"] == str(out)
+    post = load_posterior(out).posterior
+    ability = post["ability"].values[0, 0]
+    assert canonical_correlations(ability, truth["ability"])[0] > 0.9
+    assert canonical_correlations(ability, truth["ability"])[1] > 0.8
+    # bad values: one line, exit 2, nothing written
+    assert main([*base, "--model", "2pl-md", "--dims", "0"]) == 2
+    assert "--dims must be a whole number >= 1" in capsys.readouterr().err
+    assert main([*base, "--model", "2pl", "--dims", "3"]) == 2
+    assert "--dims applies only to --model 2pl-md" in capsys.readouterr().err
+    assert main([*base, "--model", "2pl-md", "--dims", "100"]) == 2
+    assert "too large" in capsys.readouterr().err
+    # scoring needs a 1-D model: refused with one line
+    assert main(["score", "--posterior", str(out), "--responses", str(csv)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fit a 1-D model" in err[0]
+
+
+# -------------------------------------------------------------- slow tier
+@pytest.mark.slow
+def test_loo_prefers_the_md_model_on_md_data(nuts_fit):
+    from bayes_microbench.irt.checks import compare_models, log_likelihood
+
+    resp, _, fit = nuts_fit
+    # pointwise log likelihood follows the md formula
+    tree = log_likelihood(fit, max_draws=4)
+    post = tree["posterior"].to_dataset()
+    ll = tree["log_likelihood"]["correct"].values
+    full = fit.posterior.isel(draw=post["draw"].values)
+    eta = (
+        np.einsum("cdjk,cdik->cdji", full["ability"].values, full["discrimination"].values)
+        + full["intercept"].values[:, :, None, :]
+    )
+    y = resp.values
+    expect = (y * eta - np.logaddexp(0, eta)).reshape(*eta.shape[:2], -1)
+    np.testing.assert_allclose(ll, expect[..., ~np.isnan(y).reshape(-1)], rtol=1e-4, atol=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        one_d = IRTModel(resp, "2pl").fit(draws=150, tune=150, random_seed=4)
+    table = compare_models({"2pl-md": fit, "2pl": one_d}, max_draws=100)
+    assert table.index[0] == "2pl-md"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["advi", "pathfinder", "laplace", "map"])
+def test_fast_methods_recover_the_ability_space(method):
+    resp, truth = simulate_mirt(seed=7)
+    fit = IRTModel(resp, "2pl-md").fit(method, draws=200, random_seed=1)
+    cc = canonical_correlations(_pmean(fit.posterior, "ability"), truth["ability"])
+    assert cc[0] > 0.93 and cc[1] > 0.85
+
+
+@pytest.mark.slow
+def test_nuts_recovery_300_x_200_three_dims():
+    resp, truth = simulate_mirt(300, 200, 3, seed=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fit = IRTModel(resp, "2pl-md", config={"n_dims": 3}).fit(draws=500, tune=500, random_seed=2)
+    post = fit.posterior
+    cc_a = canonical_correlations(_pmean(post, "ability"), truth["ability"])
+    cc_l = canonical_correlations(_pmean(post, "discrimination"), truth["loadings"])
+    assert (cc_a > 0.9).all() and (cc_l > 0.8).all()
+    assert fit.diagnostics is not None and fit.diagnostics.divergences == 0
