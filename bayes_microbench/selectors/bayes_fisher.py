@@ -29,7 +29,9 @@ evaluate designs through these weights.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +73,12 @@ def quick_item_posterior(
     treated as known in that step, so item uncertainty is slightly
     understated; for selection this is immaterial.
 
+    The joint mode is deterministic and memoized by the content of ``source``
+    and the floor ``c`` (a few recent fits, :data:`_MODE_CACHE_SIZE`): the two
+    Bayesian selectors prepared on the same source llms fit it once. Under a
+    2PL the objective uses the logistic form ``y eta - softplus(eta)`` (the
+    same function, fewer array passes).
+
     Returns a posterior Dataset in the layout of :mod:`bayes_microbench.irt`
     (``difficulty``, ``discrimination``, ``guessing``: chain, draw, item).
     """
@@ -87,45 +95,9 @@ def quick_item_posterior(
             raise UserInputError("bayes selectors: a 3PL needs n_options >= 2 (e.g. 4 for GPQA)")
         c = 1.0 / n_options
     mask = ~np.isnan(y)
-    complete = bool(mask.all())
-    yy = np.where(mask, y, 0.0)
-    n_l, n_i = y.shape
-    sd_log_a, sd_d = 1.0, 3.0
-    # start: abilities from standardized accuracies, intercepts from item logits
-    acc = np.nanmean(y, axis=1)
-    theta0 = (acc - acc.mean()) / (acc.std() + 1e-9)
-    p_item = np.clip((np.nanmean(y, axis=0) - c) / (1 - c), 0.02, 0.98)
-    x0 = np.concatenate([theta0, np.log(p_item / (1 - p_item)), np.zeros(n_i)])
-
-    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
-        theta, d, log_a = x[:n_l], x[n_l : n_l + n_i], x[n_l + n_i :]
-        a = np.exp(log_a)
-        eta = theta[:, None] * a[None, :] + d[None, :]
-        s = 0.5 + 0.5 * np.tanh(0.5 * eta)
-        p = np.clip(c + (1 - c) * s, 1e-12, 1 - 1e-12)
-        ll_cells = yy * np.log(p) + (1 - yy) * np.log1p(-p)
-        g = (yy - p) / (p * (1 - p)) * (1 - c) * s * (1 - s)
-        if not complete:
-            ll_cells *= mask
-            g *= mask
-        ll = ll_cells.sum()
-        lp = (
-            ll
-            - 0.5 * (theta @ theta)
-            - 0.5 * (d @ d) / sd_d**2
-            - 0.5 * (log_a @ log_a) / sd_log_a**2
-        )
-        grad = np.concatenate(
-            [
-                g @ a - theta,
-                g.sum(axis=0) - d / sd_d**2,
-                a * (theta @ g) - log_a / sd_log_a**2,
-            ]
-        )
-        return -lp, -grad
-
-    res = minimize(fun, x0, jac=True, method="L-BFGS-B", options={"maxiter": 1500, "ftol": 1e-8})
-    theta, d, log_a = res.x[:n_l], res.x[n_l : n_l + n_i], res.x[n_l + n_i :]
+    n_i = y.shape[1]
+    sd_log_a, sd_d = _SD_LOG_A, _SD_D
+    theta, d, log_a, converged = _joint_mode(y, mask, c)
     # The joint mode shrinks abilities and inflates slopes (the ability prior is cheap to
     # satisfy that way); restore the identification "source llms ~ Normal(0, 1)" exactly:
     # a*theta + d = (a*sd)*theta' + (d + a*mean) with theta' standardized.
@@ -170,9 +142,90 @@ def quick_item_posterior(
         attrs={
             "ability_population": "normal(0,1)",
             "method": "quick joint MAP + per-item Laplace",
-            "converged": bool(res.success),
+            "converged": converged,
         },
     )
+
+
+#: Joint modes kept in memory, keyed by the response matrix and the floor ``c``.
+#: ``bayes-fisher`` and ``bayes-ranking`` prepared on the same run's source llms
+#: fit the same mode; the second one reuses it (the fit is deterministic). The
+#: protocol prepares one selector over all runs before the next, so the cache
+#: holds up to 64 runs' modes (each ``n_llms + 2 n_items`` floats: about 6 MB
+#: in all for 12,000 items).
+_MODE_CACHE: OrderedDict[
+    tuple[str, tuple[int, ...], float], tuple[np.ndarray, np.ndarray, np.ndarray, bool]
+] = OrderedDict()
+_MODE_CACHE_SIZE = 64
+_SD_LOG_A, _SD_D = 1.0, 3.0
+
+
+def _joint_mode(
+    y: np.ndarray, mask: np.ndarray, c: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Joint posterior mode ``(theta, d, log_a, converged)`` of the quick model, memoized.
+
+    For ``c = 0`` (2PL) the objective uses the logistic log-likelihood
+    ``y eta - softplus(eta)`` with gradient ``y - sigmoid(eta)``: the same function
+    as the general ``c`` form, with fewer array passes per evaluation.
+    """
+    key = (hashlib.sha1(np.ascontiguousarray(y).tobytes()).hexdigest(), y.shape, float(c))
+    hit = _MODE_CACHE.get(key)
+    if hit is not None:
+        _MODE_CACHE.move_to_end(key)
+        theta, d, log_a, converged = hit
+        return theta.copy(), d.copy(), log_a.copy(), converged
+    complete = bool(mask.all())
+    yy = np.where(mask, y, 0.0)
+    n_l, n_i = y.shape
+    sd_log_a, sd_d = _SD_LOG_A, _SD_D
+    # start: abilities from standardized accuracies, intercepts from item logits
+    acc = np.nanmean(y, axis=1)
+    theta0 = (acc - acc.mean()) / (acc.std() + 1e-9)
+    p_item = np.clip((np.nanmean(y, axis=0) - c) / (1 - c), 0.02, 0.98)
+    x0 = np.concatenate([theta0, np.log(p_item / (1 - p_item)), np.zeros(n_i)])
+
+    def cells(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-cell log-likelihood and its derivative in ``eta``."""
+        if c == 0.0:
+            e = np.exp(-np.abs(eta))
+            s = np.where(eta >= 0, 1.0, e) / (1.0 + e)
+            return yy * eta - (np.maximum(eta, 0.0) + np.log1p(e)), yy - s
+        s = 0.5 + 0.5 * np.tanh(0.5 * eta)
+        p = np.clip(c + (1 - c) * s, 1e-12, 1 - 1e-12)
+        ll = yy * np.log(p) + (1 - yy) * np.log1p(-p)
+        return ll, (yy - p) / (p * (1 - p)) * (1 - c) * s * (1 - s)
+
+    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+        theta, d, log_a = x[:n_l], x[n_l : n_l + n_i], x[n_l + n_i :]
+        a = np.exp(log_a)
+        eta = theta[:, None] * a[None, :] + d[None, :]
+        ll_cells, g = cells(eta)
+        if not complete:
+            ll_cells *= mask
+            g *= mask
+        ll = ll_cells.sum()
+        lp = (
+            ll
+            - 0.5 * (theta @ theta)
+            - 0.5 * (d @ d) / sd_d**2
+            - 0.5 * (log_a @ log_a) / sd_log_a**2
+        )
+        grad = np.concatenate(
+            [
+                g @ a - theta,
+                g.sum(axis=0) - d / sd_d**2,
+                a * (theta @ g) - log_a / sd_log_a**2,
+            ]
+        )
+        return -lp, -grad
+
+    res = minimize(fun, x0, jac=True, method="L-BFGS-B", options={"maxiter": 1500, "ftol": 1e-8})
+    out = (res.x[:n_l].copy(), res.x[n_l : n_l + n_i].copy(), res.x[n_l + n_i :].copy())
+    _MODE_CACHE[key] = (*out, bool(res.success))
+    while len(_MODE_CACHE) > _MODE_CACHE_SIZE:
+        _MODE_CACHE.popitem(last=False)
+    return out[0].copy(), out[1].copy(), out[2].copy(), bool(res.success)
 
 
 # ------------------------------------------------------------------ shared base
@@ -240,11 +293,23 @@ class PreparedBayes:
     _cache: dict[int, np.ndarray] = field(default_factory=dict)
 
     def order(self, n: int) -> np.ndarray:
-        key = n if self.balance else -1
-        if key not in self._cache:
-            quota = quotas(self.codes, n) if self.balance else None
-            self._cache[key] = self.order_fn(n if self.balance else self.n_seen, quota)
-        return self._cache[key][:n]
+        """The first ``n`` items of the greedy order.
+
+        Without subtask balance the greedy order does not depend on ``n`` (step
+        ``k`` sees only the first ``k - 1`` choices), so only a prefix is
+        computed: the cached one if long enough, else a new one of at least
+        twice its length (capped at ``n_seen``). With balance the quota depends
+        on ``n``, so each size has its own order.
+        """
+        if self.balance:
+            if n not in self._cache:
+                self._cache[n] = self.order_fn(n, quotas(self.codes, n))
+            return self._cache[n]
+        prefix = self._cache.get(-1)
+        if prefix is None or len(prefix) < n:
+            length = min(self.n_seen, max(n, 2 * (0 if prefix is None else len(prefix))))
+            self._cache[-1] = prefix = self.order_fn(length, None)
+        return prefix[:n]
 
     def select(self, n: int, random_seed: Seed = None) -> Selection:
         check_size(n, self.n_seen, self.name)
