@@ -1,33 +1,47 @@
-"""IRT fits at scale: wall time and peak memory of NUTS and of the fast approximations.
+"""IRT fits at scale: wall time, CPU time and peak memory of NUTS and of the fast approximations.
 
 Data: PredictaBoard BBH (78 x 5761), PredictaBoard MMLU-Pro (43 x 12032), a
 simulated 450 x 12000 (MMLU-Pro at the leaderboard's llm count, 5.4M cells)
 and a simulated 5000 x 250 (metabench-like). Each (data, method) runs in a
-fresh subprocess with a timeout; peak memory is the child's max RSS.
+fresh subprocess with a timeout; wall time counts load + build + compile +
+fit; CPU time and peak memory (max RSS) are the child's own (``os.wait4``).
 
-NUTS runs a short 2 x (``--nuts-tune`` + ``--nuts-draws``); the report gives
-its measured time and, separately and labelled as such, the linear
-extrapolation to 2 x (1000 + 1000).
+Before a NUTS fit the child times one log-density gradient of the same model
+(JAX-compiled, as nutpie uses it) and reports it at once, so that a run
+stopped at the timeout still shows its cost per gradient. NUTS runs a short
+2 x (``--nuts-tune`` + ``--nuts-draws``); the report gives its measured time,
+its leapfrog steps per draw and diagnostics, and, labelled as a projection,
+the cost of 2 x (1000 + 1000) from the measured time per gradient.
+
+Per-run results are kept in ``benchmarks/results/irt_scale.json`` keyed by
+(data, method), each with its date, commit and load; a run with a subset of
+``--data`` / ``--methods`` replaces only those entries and the README section
+is rendered from the whole file.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_irt_scale.py [--methods advi,pathfinder,nuts] [--data bbh,...]
+        [--nuts-tune 200 --nuts-draws 200] [--timeout 1200]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
-import resource
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SHARED = ROOT.parent / "shared" / "data"
+RESULTS = HERE / "results" / "irt_scale.json"
 
 DATA = {
     "bbh": ("file", "predictaboard-oll-v2/bbh.csv"),
@@ -36,8 +50,12 @@ DATA = {
     "sim-5000x250": ("sim", "metabench:5000:250"),
 }
 
+#: Leapfrog steps per NUTS draw assumed by the projection when a run did not finish
+#: (the decoupled 2PL on GPQA 420 x 448 took 31, see the IRT sampling section).
+ASSUMED_STEPS = 31
 
-def load(name: str):  # type: ignore[no-untyped-def]
+
+def load(name: str) -> Any:
     from bayes_microbench import load_responses, simulate_responses
 
     kind, spec = DATA[name]
@@ -47,33 +65,100 @@ def load(name: str):  # type: ignore[no-untyped-def]
     return simulate_responses(preset, n_llms=int(n_l), n_items=int(n_i), random_seed=0)
 
 
-def one(name: str, method: str, tune: int, draws: int) -> dict:
+def time_gradient(im: Any) -> dict[str, Any]:
+    """Seconds per log density + gradient of the model NUTS samples (JAX, float32)."""
+    import numpy as np
+    import pytensor
+    from pymc.blocking import DictToArrayBijection
+
+    from bayes_microbench.irt.pymc_model import CENTERED_MIN_LLMS
+
+    param = "decoupled" if im.data.n_llms >= CENTERED_MIN_LLMS else "non-centered"
+    with pytensor.config.change_flags(floatX="float32"):
+        model = im.build_model(parameterization=param, float32=True)
+        point = model.initial_point(0)
+        fn = model.logp_dlogp_function(ravel_inputs=True, initial_point=point, mode="JAX")
+        x = DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars}).data
+        x = np.asarray(x, dtype="float32")
+        fn(x)
+        reps, start = 0, time.perf_counter()
+        while reps < 50 and time.perf_counter() - start < 10:
+            fn(x)
+            reps += 1
+    return {"gradient_s": (time.perf_counter() - start) / reps, "parameterization": param}
+
+
+def one(name: str, method: str, tune: int, draws: int) -> None:
     import warnings
+
+    import numpy as np
 
     from bayes_microbench.exceptions import ConvergenceWarning
     from bayes_microbench.irt import IRTModel
 
     resp = load(name)
+    im = IRTModel(resp, "2pl")
+    out: dict[str, Any] = {"n_llms": resp.n_llms, "n_items": resp.n_items}
+    out["cells"] = int(np.isfinite(im.data.values).sum())
+    if method == "nuts":
+        out.update(time_gradient(im))
+        print(json.dumps(out, default=float), flush=True)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        fit = IRTModel(resp, "2pl").fit(
-            method, tune=tune, draws=draws, random_seed=0, advi_iterations=20000
-        )
-    out = {
-        "n_llms": resp.n_llms,
-        "n_items": resp.n_items,
-        "fit_s": time.perf_counter() - start,
-        "sampling_s": fit.wall_seconds,
-    }
+        fit = im.fit(method, tune=tune, draws=draws, random_seed=0)
+    out["fit_s"] = time.perf_counter() - start
+    out["sampling_s"] = fit.wall_seconds
     if fit.diagnostics is not None:
-        out.update(
-            max_rhat=fit.diagnostics.max_rhat,
-            min_ess_bulk=fit.diagnostics.min_ess_bulk,
-            divergences=fit.diagnostics.divergences,
-        )
-    out["info"] = fit.fit_info
-    return out
+        d = fit.diagnostics
+        out.update(max_rhat=d.max_rhat, min_ess_bulk=d.min_ess_bulk, divergences=d.divergences)
+        assert fit.idata is not None
+        steps = np.asarray(fit.idata["sample_stats"]["n_steps"].values)
+        out["steps_per_draw"] = float(steps.mean())
+    out["info"] = {k: v for k, v in fit.fit_info.items() if isinstance(v, (int, float, bool, str))}
+    print(json.dumps(out, default=float), flush=True)
+
+
+def run_child(cmd: list[str], timeout: float) -> tuple[int | None, str, str, Any]:
+    """Run ``cmd``; kill it after ``timeout`` s. Return (status, stdout, stderr, rusage)."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    chunks: dict[str, list[str]] = {"out": [], "err": []}
+
+    def drain(stream: Any, key: str) -> None:
+        for line in stream:
+            chunks[key].append(line)
+
+    readers = [
+        threading.Thread(target=drain, args=(proc.stdout, "out"), daemon=True),
+        threading.Thread(target=drain, args=(proc.stderr, "err"), daemon=True),
+    ]
+    for t in readers:
+        t.start()
+    timer = threading.Timer(timeout, lambda: os.kill(proc.pid, signal.SIGKILL))
+    timer.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    timer.cancel()
+    for t in readers:
+        t.join(timeout=5)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    code = None if proc.returncode == -signal.SIGKILL else proc.returncode
+    return code, "".join(chunks["out"]), "".join(chunks["err"]), usage
+
+
+def load_results() -> dict[str, Any]:
+    if RESULTS.exists():
+        data: dict[str, Any] = json.loads(RESULTS.read_text())
+        return data
+    return {}
+
+
+def save_results(results: dict[str, Any]) -> None:
+    from bayes_microbench.io import write_atomic
+
+    text = json.dumps(results, indent=1, default=float) + "\n"
+    write_atomic(RESULTS, lambda tmp: tmp.write_text(text))
 
 
 def main() -> int:
@@ -87,72 +172,114 @@ def main() -> int:
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        res = one(args.one[0], args.one[1], args.nuts_tune, args.nuts_draws)
-        print(json.dumps(res, default=float))
+        one(args.one[0], args.one[1], args.nuts_tune, args.nuts_draws)
         return 0
-    rows = []
+    sys.path.insert(0, str(HERE))
+    from _report import commit
+
+    results = load_results()
     for name in [d for d in args.data.split(",") if d]:
         for method in [m for m in args.methods.split(",") if m]:
             cmd = [sys.executable, __file__, "--one", name, method]
             cmd += ["--nuts-tune", str(args.nuts_tune), "--nuts-draws", str(args.nuts_draws)]
             load0 = os.getloadavg()[0]
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
-            try:
-                proc = subprocess.run(
-                    cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT
-                )
-                ok, out, err = proc.returncode == 0, proc.stdout, proc.stderr
-            except subprocess.TimeoutExpired:
-                ok, out, err = False, "", f"timed out after {args.timeout:.0f} s"
+            code, out, err, usage = run_child(cmd, args.timeout)
             wall = time.perf_counter() - start
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            row = {
+            if code is None:
+                error = f"stopped at the {args.timeout:.0f} s timeout"
+            elif code != 0:
+                error = (err.strip().splitlines() or ["failed"])[-1][:200]
+            else:
+                error = ""
+            row: dict[str, Any] = {
                 "data": name,
                 "method": method,
                 "wall_s": wall,
-                "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-                "peak_mib": after.ru_maxrss / 1024,
+                "cpu_s": usage.ru_utime + usage.ru_stime,
+                "peak_mib": usage.ru_maxrss / 1024,
                 "load": load0,
-                "error": "" if ok else (err.strip().splitlines() or ["failed"])[-1][:160],
+                "timeout_s": args.timeout,
+                "error": error,
+                "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                "commit": commit(),
             }
-            lines = [ln for ln in out.strip().splitlines() if ln.startswith("{")]
-            if ok and lines:
-                row.update(json.loads(lines[-1]))
+            if method == "nuts":
+                row["nuts"] = f"2 x ({args.nuts_tune} + {args.nuts_draws})"
+            for line in out.strip().splitlines():
+                if line.startswith("{"):
+                    row.update(json.loads(line))
             print(json.dumps(row, default=float), flush=True)
-            rows.append(row)
-    if not args.no_report:
-        report(rows, args)
+            results[f"{name}/{method}"] = row
+            save_results(results)
+            if not args.no_report:
+                report(results)
     return 0
 
 
-def report(rows: list[dict], args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(HERE))
+def _fmt(value: Any, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def report(results: dict[str, Any]) -> None:
     from _report import write_section
 
     lines = [
-        "Hierarchical 2PL; each (data, method) a fresh process (load + build + compile + fit "
-        f"counted in wall s). NUTS: 2 x ({args.nuts_tune} + {args.nuts_draws}); "
-        "'NUTS 2x(1000+1000) est.' scales the measured sampling time linearly by "
-        f"{2000 / (args.nuts_tune + args.nuts_draws):.1f} (an extrapolation, not a measurement). "
-        "Peak MiB is the largest child max-RSS so far (monotone across rows). Machine shared "
-        "with other jobs; `load` = 1-minute load average at start.",
+        "Hierarchical 2PL. Each (data, method) is a fresh process; wall s counts load + "
+        "build + compile + fit, CPU s and peak MiB are that process's own. The machine has "
+        "2 cores shared with other jobs: `load` is the 1-minute load average at the start "
+        "(CPU s is the fairer figure when load > 2). Per-run date and commit in "
+        "`benchmarks/results/irt_scale.json`. NUTS: nutpie (JAX), 2 chains, float32; "
+        "`s/grad` is one log density + gradient of the sampled model timed before sampling; "
+        "`2x(1000+1000) proj.` = s/grad x steps/draw x 4000 / 2 parallel chains (steps/draw "
+        f"measured, or assumed {ASSUMED_STEPS} when the run did not finish): a projection, not "
+        "a measurement.",
         "",
-        "| data | llms x items | method | wall s | CPU s | peak MiB | NUTS 2x(1000+1000) est. s | "
-        "max R-hat | load | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| data | llms x items | cells | method | wall s | CPU s | peak MiB | fit details | "
+        "s/grad | steps/draw | max R-hat | min ESS | div. | 2x(1000+1000) proj. s | load | "
+        "note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    order = list(DATA)
+    meth = ["advi", "pathfinder", "laplace", "map", "nuts"]
+    rows = sorted(
+        [v for v in results.values() if isinstance(v, dict)],
+        key=lambda r: (
+            order.index(r["data"]) if r["data"] in order else 99,
+            meth.index(r["method"]) if r["method"] in meth else 99,
+        ),
+    )
     for r in rows:
         shape = f"{r.get('n_llms', '?')} x {r.get('n_items', '?')}"
-        est = "-"
-        if r["method"] == "nuts" and not r["error"] and r.get("sampling_s"):
-            est = f"{r['sampling_s'] * 2000 / (args.nuts_tune + args.nuts_draws):.0f}"
-        rhat = f"{r['max_rhat']:.3f}" if "max_rhat" in r else "-"
+        info = r.get("info", {})
+        details = []
+        if r["method"] == "nuts":
+            details.append(r.get("nuts", ""))
+        if "iterations" in info:
+            details.append(f"{info['iterations']} iterations")
+        if "converged" in info:
+            details.append("converged" if info["converged"] else "NOT converged")
+        if "path_length" in info:
+            details.append(f"path {info['path_length']}, chose {info.get('chosen_iteration')}")
+        if "logp_evaluations" in info:
+            details.append(f"{info['logp_evaluations']} logp evals")
+        proj = "-"
+        if r["method"] == "nuts" and r.get("gradient_s"):
+            steps = r.get("steps_per_draw") or ASSUMED_STEPS
+            proj = f"{r['gradient_s'] * steps * 4000 / 2:.0f}"
         lines.append(
-            f"| {r['data']} | {shape} | {r['method']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | "
-            f"{r['peak_mib']:.0f} | {est} | {rhat} | {r['load']:.1f} | {r['error'] or ''} |"
+            f"| {r['data']} | {shape} | {_fmt(r.get('cells'), ',')} | {r['method']} | "
+            f"{r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_mib']:.0f} | "
+            f"{'; '.join(d for d in details if d) or '-'} | {_fmt(r.get('gradient_s'), '.3f')} | "
+            f"{_fmt(r.get('steps_per_draw'), '.0f')} | {_fmt(r.get('max_rhat'), '.3f')} | "
+            f"{_fmt(r.get('min_ess_bulk'), '.0f')} | {_fmt(r.get('divergences'), 'd')} | "
+            f"{proj} | {r['load']:.1f} | {r['error'] or ''} |"
         )
-    write_section("bench_irt_scale", "IRT at scale: NUTS vs fast approximations", "\n".join(lines))
+    notes = results.get("_notes")
+    body = "\n".join(lines)
+    if isinstance(notes, str):
+        body += "\n\n" + notes
+    write_section("bench_irt_scale", "IRT at scale: NUTS vs fast approximations", body)
 
 
 if __name__ == "__main__":

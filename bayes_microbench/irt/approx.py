@@ -1,8 +1,20 @@
-"""Fast posterior approximations in the unconstrained space: Laplace and Pathfinder.
+"""Fast posterior approximations in the unconstrained space: ADVI, Laplace and Pathfinder.
 
-Both work on the model's log density (with Jacobians) over the raveled
+All work on the model's log density (with Jacobians) over the raveled
 unconstrained parameters, and return draws of the free variables on their
 constrained scale (leading dims chain=1, draw).
+
+``advi``
+    Mean-field ADVI (PyMC's ``pm.fit``) with Adam, started at the model's
+    data-driven initial point with a small standard deviation, a
+    reduce-on-plateau step size (halved whenever the windowed loss stops
+    improving by more than its noise or by more than :data:`ADVI_TOLERANCE`
+    nats per parameter, :data:`ADVI_HALVINGS` times) and
+    Polyak averaging of the variational parameters over a last window. It
+    stops when that schedule completes (``converged=True``) or at
+    ``max_iterations`` (``converged=False``, warned). Large models run on the
+    JAX back end, whose fused likelihood is about twice as fast per iteration
+    as the C back end on a dense 450 x 12000 matrix.
 
 ``laplace``
     Gaussian at the mode: L-BFGS to the mode, dense Hessian by central
@@ -24,9 +36,23 @@ from typing import Any
 
 import numpy as np
 
-from ..exceptions import ConfigurationError
+from ..exceptions import ConfigurationError, ConvergenceWarning
 
 logger = logging.getLogger(__name__)
+
+#: Adam's initial step size in ADVI.
+ADVI_LEARNING_RATE = 0.02
+#: Initial standard deviation of every mean-field factor (unconstrained scale).
+ADVI_START_SIGMA = 0.1
+#: Iterations per loss window (plateau test, final averaging).
+ADVI_WINDOW = 50
+#: A window that improves the loss by less than this many nats per parameter is a plateau
+#: (as is one that improves it by less than twice its Monte Carlo standard error).
+ADVI_TOLERANCE = 0.01
+#: Step-size halvings before the final averaging window.
+ADVI_HALVINGS = 3
+#: ADVI runs on the JAX back end from this many unconstrained parameters (float32 models).
+ADVI_JAX_MIN_DIM = 2000
 
 
 class _Density:
@@ -54,6 +80,7 @@ class _Density:
             point_fn=False,
         )
         self.n_evals = 0
+        self.last: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def dim(self) -> int:
@@ -64,8 +91,17 @@ class _Density:
         lp, grad = self._fn(np.asarray(x, dtype=self.dtype))
         lp = float(lp)
         if not np.isfinite(lp):
-            return np.inf, np.zeros_like(x)
-        return -lp, -np.asarray(grad, dtype=np.float64)
+            out = (np.inf, np.zeros_like(x))
+        else:
+            out = (-lp, -np.asarray(grad, dtype=np.float64))
+        self.last = (np.array(x, dtype=np.float64), out[1])
+        return out
+
+    def gradient(self, x: np.ndarray) -> np.ndarray:
+        """Gradient of the negative log density at ``x`` (reusing the last evaluation)."""
+        if self.last is not None and np.array_equal(self.last[0], x):
+            return self.last[1]
+        return self(x)[1]
 
     def logp(self, x: np.ndarray) -> float:
         value, _ = self(x)
@@ -85,19 +121,29 @@ class _Density:
         return {n: np.stack(v)[None, ...] for n, v in per.items()}
 
 
-def _lbfgs(density: _Density, x0: np.ndarray, maxiter: int) -> tuple[list[np.ndarray], Any]:
+def _lbfgs(
+    density: _Density, x0: np.ndarray, maxiter: int
+) -> tuple[list[np.ndarray], list[np.ndarray], Any]:
+    """L-BFGS to the mode; the iterates and their gradients (reused, not recomputed)."""
     from scipy.optimize import minimize
 
     path = [x0.copy()]
+    grads = [density.gradient(x0)]
+
+    def record(intermediate_result: Any) -> None:
+        x = np.array(intermediate_result.x)
+        path.append(x)
+        grads.append(density.gradient(x))
+
     res = minimize(
         density,
         x0,
         jac=True,
         method="L-BFGS-B",
-        callback=lambda intermediate_result: path.append(np.array(intermediate_result.x)),
+        callback=record,
         options={"maxiter": maxiter, "maxcor": 6, "gtol": 1e-6},
     )
-    return path, res
+    return path, grads, res
 
 
 def laplace(
@@ -110,7 +156,7 @@ def laplace(
             f"method 'laplace' builds a dense {density.dim} x {density.dim} Hessian; above "
             f"{max_dim} parameters use method='advi' or 'pathfinder'"
         )
-    _, res = _lbfgs(density, density.x0, maxiter)
+    _, _, res = _lbfgs(density, density.x0, maxiter)
     mode = np.asarray(res.x)
     d = density.dim
     hess = np.empty((d, d))
@@ -216,12 +262,14 @@ def pathfinder(
     """Single-path Pathfinder (see the module docstring)."""
     density = _Density(model, random_seed)
     rng = np.random.default_rng(random_seed)
-    path, res = _lbfgs(density, density.x0, maxiter)
+    path, path_grads, res = _lbfgs(density, density.x0, maxiter)
     xs = np.array(path)
-    grads = np.array([density(x)[1] for x in xs])
+    grads = np.array(path_grads)
     candidates = np.arange(1, len(xs))
     if len(candidates) > max_candidates:
         candidates = np.unique(np.linspace(1, len(xs) - 1, max_candidates).round().astype(int))
+    # the compact form needs 2 * pairs <= dimension (a thin QR of the D x 2m factor)
+    n_pairs = max(1, min(history, density.dim // 2))
     # diagonal of the initial inverse Hessian, updated along the whole path
     alphas = [np.ones(density.dim)]
     for j in range(1, len(xs)):
@@ -233,7 +281,7 @@ def pathfinder(
         s_all = np.diff(xs[: k + 1], axis=0)
         y_all = np.diff(grads[: k + 1], axis=0)
         keep = np.einsum("ij,ij->i", s_all, y_all) > 1e-12 * np.einsum("ij,ij->i", y_all, y_all)
-        s_all, y_all = s_all[keep][-history:], y_all[keep][-history:]
+        s_all, y_all = s_all[keep][-n_pairs:], y_all[keep][-n_pairs:]
         if len(s_all) == 0:
             continue
         gauss = _lbfgs_gaussian(xs[k], grads[k], alphas[k], s_all.T, y_all.T)
@@ -258,3 +306,169 @@ def pathfinder(
         "logp_evaluations": density.n_evals,
     }
     return density.constrained(sample), info
+
+
+class _PlateauSchedule:
+    """ADVI callback: halve the step size at each loss plateau, then average the iterates.
+
+    Every ``window`` iterations the mean loss of the last window is compared
+    with the previous one; an improvement smaller than twice its standard
+    error, or than ``tolerance`` (nats), is a plateau. After ``halvings`` halvings, the variational
+    parameters are averaged over one more window and the fit stops.
+    """
+
+    def __init__(
+        self, learning_rate: Any, window: int, halvings: int, tolerance: float = 0.0
+    ) -> None:
+        self.learning_rate = learning_rate
+        self.tolerance = tolerance
+        self.window = window
+        self.halvings = halvings
+        self.n_halved = 0
+        self.previous: tuple[float, float] | None = None
+        self.averaging = False
+        self.sums: list[np.ndarray] | None = None
+        self.n_averaged = 0
+        self.converged = False
+        self.plateaus: list[int] = []
+
+    def __call__(self, approx: Any, losses: np.ndarray, i: int) -> None:
+        if self.averaging:
+            values = [np.asarray(p.get_value(), dtype=np.float64) for p in approx.params]
+            if self.sums is None:
+                self.sums = values
+            else:
+                self.sums = [a + b for a, b in zip(self.sums, values, strict=True)]
+            self.n_averaged += 1
+            if self.n_averaged >= self.window:
+                self.converged = True
+                raise StopIteration(f"ADVI converged at iteration {i}")
+            return
+        if i % self.window or len(losses) < self.window:
+            return
+        last = np.asarray(losses[-self.window :], dtype=np.float64)
+        last = last[np.isfinite(last)]
+        if last.size < 2:
+            return
+        current = (float(last.mean()), float(last.var(ddof=1)) / last.size)
+        if self.previous is not None:
+            gain = self.previous[0] - current[0]
+            if gain < max(2.0 * np.sqrt(self.previous[1] + current[1]), self.tolerance):
+                self.plateaus.append(i)
+                if self.n_halved >= self.halvings:
+                    self.averaging = True
+                else:
+                    self.n_halved += 1
+                    lr = self.learning_rate
+                    lr.set_value(np.asarray(lr.get_value() / 2, dtype=lr.dtype))
+        self.previous = current
+
+    def finish(self, approx: Any) -> None:
+        """Set the variational parameters to their average over the last window."""
+        if self.sums is None or self.n_averaged == 0:
+            return
+        for p, total in zip(approx.params, self.sums, strict=True):
+            p.set_value(np.asarray(total / self.n_averaged, dtype=p.dtype))
+
+
+def _adam(learning_rate: Any) -> Any:
+    """Adam whose step size is a shared variable, updates cast to each parameter's dtype."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    def optimizer(grads: Any, params: Any) -> dict[Any, Any]:
+        updates = pm.adam(grads, params, learning_rate=learning_rate)
+        return {var: pt.cast(new, var.dtype) for var, new in updates.items()}
+
+    return optimizer
+
+
+def advi(
+    model: Any,
+    *,
+    draws: int,
+    random_seed: int,
+    max_iterations: int = 30000,
+    progressbar: bool = False,
+    learning_rate: float = ADVI_LEARNING_RATE,
+    start_sigma: float = ADVI_START_SIGMA,
+    window: int = ADVI_WINDOW,
+    halvings: int = ADVI_HALVINGS,
+    tolerance: float = ADVI_TOLERANCE,
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Mean-field ADVI with a plateau schedule (see the module docstring).
+
+    Parameters
+    ----------
+    model
+        The :class:`pymc.Model` (continuous free variables only).
+    draws
+        Number of draws from the fitted approximation.
+    random_seed
+        Seed of the optimization and of the draws.
+    max_iterations
+        Iteration cap; reaching it before the schedule completes returns the
+        current approximation with ``converged=False`` and a
+        :class:`~bayes_microbench.exceptions.ConvergenceWarning`.
+    progressbar
+        Show PyMC's progress bar.
+    learning_rate, start_sigma, window, halvings, tolerance
+        Adam's initial step size, the initial standard deviation of every
+        factor, the iterations per loss window, the number of step-size
+        halvings before the final averaging window, and the plateau threshold
+        in nats per unconstrained parameter and window.
+
+    Returns
+    -------
+    draws, info
+        Draws of the free variables (leading dims ``1, draws``) and a dict
+        with ``iterations``, ``converged``, ``final_loss``, ``backend`` and the
+        iterations at which plateaus were detected.
+    """
+    import warnings
+
+    import pymc as pm
+    import pytensor
+
+    point = model.initial_point(random_seed=random_seed)
+    dim = int(sum(np.asarray(point[v.name]).size for v in model.value_vars))
+    # the parameters' precision (the log density may upcast a few scalar terms)
+    dtype = str(np.result_type(*[np.asarray(point[v.name]).dtype for v in model.value_vars]))
+    backend = "jax" if dim >= ADVI_JAX_MIN_DIM and dtype == "float32" else "c"
+    lr = pytensor.shared(np.asarray(learning_rate, dtype=dtype), name="advi_learning_rate")
+    schedule = _PlateauSchedule(lr, window, halvings, tolerance=tolerance * dim)
+    sigma = {v.name: np.full(np.shape(point[v.name]), start_sigma) for v in model.value_vars}
+    with model, warnings.catch_warnings():
+        # float32 on JAX: int64 / float64 constants are cast to 32 bits
+        warnings.filterwarnings("ignore", message="Explicitly requested dtype")
+        approx = pm.fit(
+            n=max_iterations,
+            method="advi",
+            random_seed=random_seed,
+            progressbar=progressbar,
+            backend=backend,
+            start_sigma=sigma,
+            obj_optimizer=_adam(lr),
+            callbacks=[schedule],
+        )
+        schedule.finish(approx)
+        tree = approx.sample(draws, random_seed=random_seed + 1)
+    hist = np.asarray(approx.hist)
+    info: dict[str, Any] = {
+        "iterations": len(hist),
+        "converged": bool(schedule.converged),
+        "final_loss": float(np.mean(hist[-window:])) if len(hist) else float("nan"),
+        "backend": backend,
+        "plateaus_at": ",".join(str(k) for k in schedule.plateaus),
+    }
+    if not schedule.converged:
+        msg = (
+            f"ADVI stopped at max_iterations={max_iterations} before its loss settled "
+            f"({schedule.n_halved} of {halvings} step-size halvings); the approximation may "
+            "be off: raise advi_iterations or use method='nuts'"
+        )
+        logger.warning(msg)
+        warnings.warn(msg, ConvergenceWarning, stacklevel=3)
+    post = tree["posterior"]
+    out = {rv.name: np.asarray(post[rv.name].values) for rv in model.free_RVs}
+    return out, info

@@ -435,27 +435,18 @@ def _numpyro_sample(
 def _run_advi(
     model: Any, sampler: SamplerConfig, seed: int, *, progressbar: bool, iterations: int
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    import pymc as pm
-    from pymc.variational.callbacks import CheckParametersConvergence
+    from .approx import advi
 
-    with model:
-        approx = pm.fit(
-            n=iterations,
-            method="advi",
-            random_seed=seed,
-            progressbar=progressbar,
-            callbacks=[CheckParametersConvergence(tolerance=1e-3, diff="relative")],
-        )
-        tree = approx.sample(sampler.draws * sampler.chains, random_seed=seed + 1)
-    post = tree["posterior"]
-    raw = {}
-    for rv in model.free_RVs:
-        vals = np.asarray(post[rv.name].values)
-        raw[rv.name] = vals.reshape(sampler.chains, sampler.draws, *vals.shape[2:])
-    hist = np.asarray(approx.hist)
-    info = {
-        "iterations": len(hist),
-        "final_loss": float(np.mean(hist[-100:])) if len(hist) else float("nan"),
+    flat, info = advi(
+        model,
+        draws=sampler.draws * sampler.chains,
+        random_seed=seed,
+        max_iterations=iterations,
+        progressbar=progressbar,
+    )
+    raw = {
+        name: vals.reshape(sampler.chains, sampler.draws, *vals.shape[2:])
+        for name, vals in flat.items()
     }
     return raw, info
 
