@@ -35,17 +35,19 @@ anyway). That removes every rotation and sign flip (when the anchors' loadings
 are not degenerate), so the posterior means of ``ability`` and
 ``discrimination`` are meaningful, dimension by dimension.
 
-The anchors are chosen from the data (seedless and deterministic) by an SVD
-of the item-mean-filled, centred response matrix: anchor 0 is the item (among
-the better half by loading norm) whose loadings on the first ``D`` principal
-components point most nearly along the first; anchor ``k`` is the item with
-the largest component-``k`` loading net of its loadings on the later
-components. Dimension 0 is therefore the "general ability" direction (close
-to the first principal component, the accuracy direction), and every item's
-dimension-0 loading is constrained positive, as in the 2PL: this positivity is
-a modelling assumption (no item gets easier as general ability rises), not
-only an identification device. The anchor item ids are saved in the
-posterior's ``anchors`` attribute.
+The anchors are chosen from the data (seedless and deterministic): the
+item-mean-filled, centred response matrix is regressed on the llms'
+standardized logit accuracy (the 2PL's starting ability) and the residual is
+reduced by an SVD, giving each item a loading on "accuracy" and on the
+leading ``D - 1`` residual components. Anchor ``k`` is the item with the
+largest loading on dimension ``k`` net of the norm of its loadings on the
+later dimensions. Dimension 0 is therefore the "general ability" direction of
+a strongly discriminating item that loads on little else (on GPQA the first
+principal component of the raw matrix is *not* the accuracy direction, so it
+is not used), and every item's dimension-0 loading is constrained positive,
+as in the 2PL: this positivity is a modelling assumption (no item gets
+easier as general ability rises), not only an identification device. The
+anchor item ids are saved in the posterior's ``anchors`` attribute.
 
 What is and is not identified: the subspace spanned by the loadings and the
 abilities, the per-item loading norm and multidimensional difficulty (both
@@ -119,36 +121,35 @@ def check_dims(data: IRTData, n_dims: int) -> None:
 
 def start_values(data: IRTData, n_dims: int) -> Start:
     """Anchors and starting values (deterministic) for ``n_dims`` dimensions."""
+    from .pymc_model import initial_values
+
     y = data.values
     obs = data.observed
+    n = data.n_llms
     with np.errstate(invalid="ignore"):
         p_item = np.nanmean(y, axis=0)
-        acc = np.nanmean(y, axis=1)
     filled = np.where(obs, y, p_item[None, :])
     x = filled - filled.mean(axis=0, keepdims=True)
-    u, s, vt = np.linalg.svd(x, full_matrices=False)
     d = n_dims
-    k = min(d, s.size)
-    scores = u[:, :k] * s[:k]
-    load = vt[:k].T * s[:k] / np.sqrt(max(data.n_llms - 1, 1))
-    if k < d:  # degenerate matrix: pad with tiny deterministic columns
-        pad = d - k
-        scores = np.hstack([scores, np.tile(np.linspace(-1, 1, data.n_llms)[:, None], pad)])
+    # dimension 0 starts as the standardized logit accuracy (the 2PL's start), the
+    # others as the leading principal components of what it leaves unexplained
+    z = initial_values(data)["z"]
+    load0 = x.T @ z / (n - 1)
+    resid = x - z[:, None] * load0[None, :]
+    u, s, vt = np.linalg.svd(resid, full_matrices=False)
+    k = min(d - 1, s.size)
+    scores = np.hstack([z[:, None], u[:, :k] * np.sqrt(n - 1)])
+    load = np.hstack([load0[:, None], vt[:k].T * s[:k] / np.sqrt(n - 1)])
+    if k < d - 1:  # degenerate matrix: pad with tiny deterministic columns
+        pad = d - 1 - k
+        scores = np.hstack([scores, np.tile(np.linspace(-1, 1, n)[:, None], pad)])
         load = np.hstack([load, np.full((data.n_items, pad), 1e-3)])
-    # orient the first component with accuracy
-    acc_c = np.nan_to_num(acc - np.nanmean(acc))
-    if float(scores[:, 0] @ acc_c) < 0:
-        scores[:, 0] *= -1
-        load[:, 0] *= -1
-    norm = np.linalg.norm(load, axis=1)
     anchors: list[int] = []
     if d >= 2:
-        strong = norm >= np.median(norm)
-        cos0 = np.where(strong, load[:, 0] / np.maximum(norm, 1e-12), -np.inf)
-        anchors.append(int(np.argmax(cos0)))
-        for dim in range(1, d):
+        # anchor k: the largest loading on dimension k net of its loadings on the later ones
+        for dim in range(d):
             later = np.linalg.norm(load[:, dim + 1 :], axis=1) if dim + 1 < d else 0.0
-            score = np.abs(load[:, dim]) - later
+            score = (load[:, dim] if dim == 0 else np.abs(load[:, dim])) - later
             score[anchors] = -np.inf
             anchors.append(int(np.argmax(score)))
         # rotate so the anchors' loadings are lower triangular with a positive diagonal
@@ -304,25 +305,26 @@ def _loglik(data: IRTData, ability: Any, disc: Any, e: Any, dtype: str) -> Any:
     """Bernoulli-logit log likelihood of the observed cells (missing cells left out).
 
     Dense matrices (at least :data:`~bayes_microbench.irt.data.DENSE_MIN_OBSERVED`
-    observed): ``sum y * eta`` as ``sum(ability * (Y @ disc)) + e . colsum(Y)``
-    and the softplus over the full matrix (masked when cells are missing);
-    sparse ones gather the observed cells.
+    observed) evaluate ``eta = ability @ discrimination' + intercept`` over the
+    full matrix with 0/1 observation weights; sparse ones gather the observed
+    cells. Both use the shared Bernoulli-logit Op of
+    :mod:`bayes_microbench.irt._likelihood`.
     """
     import pytensor.tensor as pt
 
+    from ._likelihood import bernoulli_logit_loglik
+
     obs = data.observed
-    y0 = np.where(obs, data.values, 0.0)
+    one = np.asarray(1.0, dtype=dtype)
     if data.dense:
-        lin = pt.sum(ability * pt.dot(np.asarray(y0, dtype=dtype), disc)) + pt.dot(
-            e, np.asarray(y0.sum(0), dtype=dtype)
-        )
+        y0 = np.asarray(np.where(obs, data.values, 0.0), dtype=dtype)
         eta = pt.dot(ability, disc.T) + e[None, :]
-        sp = pt.softplus(eta)
-        return lin - (sp.sum() if data.complete else (np.asarray(obs, dtype=dtype) * sp).sum())
+        weight = one if data.complete else np.asarray(obs, dtype=dtype)
+        return bernoulli_logit_loglik(eta, y0, weight)
     rows, cols = np.nonzero(obs)
     y = np.asarray(data.values[rows, cols], dtype=dtype)
     eta_k = pt.sum(ability[rows] * disc[cols], axis=1) + e[cols]
-    return (y * eta_k).sum() - pt.softplus(eta_k).sum()
+    return bernoulli_logit_loglik(eta_k, y, one)
 
 
 # ------------------------------------------------------------------ output
