@@ -33,13 +33,14 @@ Protocol settings, and why:
   estimates the accuracy on the full seen set), as in the GPQA reproduction.
 - Sizes 10, 25, 50, 100, 200 (the study's) and 500 (cheap here, and where the
   estimation error of model-based estimators shows).
-- Runs: ``--runs`` (default 20) per benchmark, seed 0. 20 runs give 7,560 pairs
-  on BBH and 2,100 on MMLU-Pro per cell. Pairs repeat across runs (there are
-  only 3,003 and 903 distinct llm pairs), so the bootstrap interval, which
-  treats pairs as independent, is if anything too narrow: read differences of a
-  point or two at one size as noise. More runs would not add distinct llms; the
-  run count is bounded by the ~90 minutes this 2-core shared machine allows
-  (``anchor-points`` is the slowest selector: k-medoids over thousands of items).
+- Runs: ``--runs`` (default 20 on BBH, 15 on MMLU-Pro), seed 0: 7,560 pairs
+  per cell on BBH, 1,575 on MMLU-Pro. MMLU-Pro has fewer runs because its runs
+  are the costliest (``anchor-points`` alone took over 70 s per run on 6,016 seen
+  items with the machine's load at 6-11) and the whole study had to fit in ~90
+  minutes. Pairs repeat across runs (there are only 3,003 and 903 distinct llm
+  pairs), so the bootstrap interval, which treats pairs as independent, is if
+  anything too narrow: read differences of a point or two at one size as noise.
+  More runs would not add distinct llms.
 - BLAS is limited to one thread (``OPENBLAS_NUM_THREADS=1`` unless set): on a
   loaded 2-core machine a threaded BLAS made scipy's L-BFGS-B (the Bayesian
   selectors' quick item fit) 10-25x slower.
@@ -50,7 +51,7 @@ reuses every finished cell and rewrites the report.
 
 Usage::
 
-    nice -n 5 .venv/bin/python benchmarks/reproduce_predictaboard.py [--runs 20]
+    nice -n 5 .venv/bin/python benchmarks/reproduce_predictaboard.py [--runs bbh=20,mmlu-pro=15]
         [--out DIR] [--benchmarks bbh,mmlu-pro] [--report-only]
 """
 
@@ -403,7 +404,11 @@ def read_timing(out: Path) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="/work/scratch/reproduce_predictaboard")
-    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument(
+        "--runs",
+        default="bbh=20,mmlu-pro=15",
+        help="runs per benchmark, KEY=N,... (a folder keeps the run count it was started with)",
+    )
     parser.add_argument("--benchmarks", default="bbh,mmlu-pro")
     parser.add_argument(
         "--report-only", action="store_true", help="tabulate the cells already computed"
@@ -421,7 +426,10 @@ def main() -> int:
     out_root = Path(args.out)
     out_root.mkdir(parents=True, exist_ok=True)
     keys = [k for k in args.benchmarks.split(",") if k]
-    resps = {k: load_responses(DATA / BENCHES[k].file) for k in keys}
+    runs = {k: int(v) for k, v in (kv.split("=") for kv in args.runs.split(",") if kv)}
+    # the report covers every benchmark with results, computed now or before
+    shown = [k for k in BENCHES if k in keys or (out_root / k / "config.json").exists()]
+    resps = {k: load_responses(DATA / BENCHES[k].file) for k in shown}
     # 1. the grids (resumable; each invocation's wall time and load recorded)
     if not args.report_only:
         for key in keys:
@@ -431,7 +439,7 @@ def main() -> int:
                 sizes=SIZES,
                 source_llms=(bench.sources,),
                 target_llms=bench.targets,
-                runs=args.runs,
+                runs=runs[key],
                 seed=0,
             )
             t0 = time.perf_counter()
@@ -457,7 +465,7 @@ def main() -> int:
             )
     # 2. the diagnosis (cached)
     diagnoses: dict[str, dict] = {}
-    for key in keys:
+    for key in shown:
         path = out_root / key / "diagnosis.json"
         if path.exists():
             diagnoses[key] = json.loads(path.read_text())
@@ -469,7 +477,7 @@ def main() -> int:
     summaries: dict[str, dict] = {}
     loads: list[float] = []
     walls: list[str] = []
-    for key in keys:
+    for key in shown:
         bench, resp = BENCHES[key], resps[key]
         codes = resp.subtask_codes
         info = {
@@ -478,7 +486,8 @@ def main() -> int:
             "n_subtasks": int(codes.max()) + 1,
             "n_seen": int(sum(c // 2 for c in pd.Series(codes).value_counts())),
         }
-        lines, summaries[key] = bench_report(key, bench, out_root / key, args.runs, info)
+        n_runs = json.loads((out_root / key / "config.json").read_text())["design"]["runs"]
+        lines, summaries[key] = bench_report(key, bench, out_root / key, n_runs, info)
         if key in diagnoses:
             lines += diagnosis_lines(diagnoses[key])
         body += lines
