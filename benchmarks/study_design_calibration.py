@@ -10,11 +10,14 @@
    often its true full-benchmark accuracy (all 448 items) falls inside the 90%
    interval (target 85-95%), beside the Wilson interval of the subset accuracy.
    Each row is scored twice: with the plain IRT predictive, and recalibrated by
-   ``estimate_misfit`` on the TRAINING llms only (item-split cross-validation;
-   ``--misfit crossfit`` refits the item posterior without each of ``--folds``
-   folds of the training llms, ``insample`` uses the training posterior as is):
-   random subsets use the random-subset estimate, the informative subsets an
-   estimate made on their own fixed item set.
+   ``estimate_misfit`` on the TRAINING llms only (item-split cross-validation
+   giving a piecewise-linear centre and scale and the empirical quantiles of the
+   standardized residuals: a split-conformal interval; ``--misfit crossfit``
+   refits the item posterior without each of ``--folds`` folds of the training
+   llms, ``insample`` uses the training posterior as is): random subsets use the
+   random-subset estimate, the informative subsets an estimate made on their own
+   fixed item set. ``--scoring-only`` runs only this part and writes it as the
+   seed's own subsection of the report (one per ``--seed``), keeping the rest.
 2. Bayesian MDAD on the study's setting: the full benchmark is a random half of the
    items (224 "seen" items, as in the study's protocol), sizes 10/25/50/100/200,
    random selection (and the Bayesian and anchor-points designs), beside the
@@ -36,6 +39,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
+import re
 import sys
 import time
 import warnings
@@ -46,10 +52,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _report import write_section
+from _report import REPORT, commit, write_section
 
 from bayes_microbench import Responses, load_responses
 from bayes_microbench import design as D
+from bayes_microbench.exceptions import DroppedDataWarning
 from bayes_microbench.scoring import estimate_misfit, item_draws, score
 from bayes_microbench.selectors.bayes_fisher import (
     BayesFisherSelector,
@@ -115,7 +122,9 @@ def masked(resp: Responses, keep_by_llm: np.ndarray) -> Responses:
     vals = np.full(resp.values.shape, np.nan)
     rows = np.arange(resp.n_llms)[:, None]
     vals[rows, keep_by_llm] = resp.values[rows, keep_by_llm]
-    return Responses.from_arrays(vals, resp.llms, resp.items, subtask=resp.item_subtask)
+    with warnings.catch_warnings():  # items nobody observed are dropped: expected here
+        warnings.simplefilter("ignore", DroppedDataWarning)
+        return Responses.from_arrays(vals, resp.llms, resp.items, subtask=resp.item_subtask)
 
 
 def _cov(res, truth: np.ndarray) -> tuple[float, float, float]:
@@ -139,6 +148,84 @@ def coverage_row(label: str, plain, fixed, truth: np.ndarray) -> tuple[str, floa
         f"{werr * 100:.2f} |"
     )
     return line, cov0, cov1
+
+
+def interval_widths(res) -> tuple[float, float]:
+    """Mean widths of the credible and the Wilson interval."""
+    iv, wi = res["accuracy_interval"].to_numpy(), res["binomial_interval"].to_numpy()
+    return float((iv[:, 1] - iv[:, 0]).mean()), float((wi[:, 1] - wi[:, 0]).mean())
+
+
+TITLE = "GPQA: scoring calibration and Bayesian MDAD"
+_SECTION = re.compile(
+    r"<!-- BEGIN study_design_calibration -->\n## [^\n]*\n\n_Run [^\n]*_\n\n(.*?)\n"
+    r"<!-- END study_design_calibration -->",
+    re.S,
+)
+
+
+def current_body() -> str:
+    """The body of this script's report section as it stands (empty if none)."""
+    m = _SECTION.search(REPORT.read_text()) if REPORT.exists() else None
+    return m.group(1) if m else ""
+
+
+def merge_scoring(body: str, scoring: str, seed: int) -> str:
+    """Put one seed's scoring subsection into the section body, replacing that seed's old one.
+
+    A scoring table written before the per-seed subsections (an unmarked
+    "### Scoring" block) is dropped; new seeds go before the MDAD subsection.
+    """
+    mine = re.compile(rf"<!-- scoring seed {seed} -->.*?<!-- /scoring seed {seed} -->\n?", re.S)
+    if mine.search(body):
+        return mine.sub(lambda _: scoring, body)
+    body = re.sub(r"\n### Scoring: .*?(?=\n### Bayesian MDAD|\Z)", "\n", body, flags=re.S)
+    # the full run's note on its own scoring pass no longer applies
+    body = re.sub(r";\n\d+ held-out llms scored with .*?included\)\.", ".", body, flags=re.S)
+    at = body.find("### Bayesian MDAD")
+    return body + "\n" + scoring if at < 0 else body[:at] + scoring + "\n" + body[at:]
+
+
+def pooled_summary(body: str) -> str:
+    """The body with a table pooling every seed's scoring coverage (when there are several)."""
+    found = {
+        int(seed): json.loads(data)
+        for seed, data in re.findall(r"<!-- coverage seed (\d+): (\{.*?\}) -->", body)
+    }
+    block = re.compile(r"<!-- scoring pooled -->.*?<!-- /scoring pooled -->\n?", re.S)
+    body = block.sub("", body)
+    if len(found) < 2:
+        return body
+    seeds = sorted(found)
+    rows = []
+    for label in found[seeds[0]]:
+        cells = [found[s][label] for s in seeds if label in found[s]]
+        plain = np.mean([c[0] for c in cells])
+        fixed = np.mean([c[1] for c in cells])
+        ratio = np.mean([c[2] / c[3] for c in cells])
+        per_seed = " | ".join(
+            f"{found[s][label][1]:.0%}" if label in found[s] else "n/a" for s in seeds
+        )
+        ok = "yes" if 0.85 <= fixed <= 0.95 else "no"
+        rows.append(
+            f"| {label} | {per_seed} | **{fixed:.1%}** | {ok} | {plain:.1%} | {ratio:.2f} |"
+        )
+    n = 100 * len(seeds)
+    table = f"""<!-- scoring pooled -->
+### Scoring pooled over seeds {", ".join(map(str, seeds))}: {n} held-out llms per row
+
+Recalibrated coverage of the 90% intervals per seed (each seed: its own held-out split,
+fit, calibration and subsets; numbers from the subsections below) and pooled; the plain
+IRT predictive's pooled coverage, and the recalibrated width over the Wilson width (mean).
+A pooled coverage over {n} llms has a standard error of about {np.sqrt(0.09 / n) * 100:.1f} points.
+
+| subset | {" | ".join(f"seed {s}" for s in seeds)} | pooled recalibrated | in 85-95%? | pooled plain | width / Wilson width |
+|---|{"---|" * len(seeds)}---|---|---|---|
+{chr(10).join(rows)}
+<!-- /scoring pooled -->
+"""
+    first = body.find("<!-- scoring seed ")
+    return body[:first] + table + "\n" + body[first:]
 
 
 def markdown(frame) -> str:
@@ -249,6 +336,7 @@ def main() -> None:
     )
     misfit_notes = [f"- random subsets: {misfit.describe()}"]
     lines, covs, covs0 = [], {}, {}
+    widths: dict[str, tuple[float, float]] = {}
     for n in (25, 50, 100):
         keep = np.argsort(rng.random((test.n_llms, test.n_items)), axis=1)[:, :n]
         sub = masked(test, keep)
@@ -258,6 +346,7 @@ def main() -> None:
         line, covs0[label], covs[label] = coverage_row(
             f"{label} (own subset per llm)", plain, fixed, truth
         )
+        widths[label] = interval_widths(fixed)
         lines.append(line)
     for cls in (BayesFisherSelector, BayesRankingSelector):
         prepared = cls(item_draws=draws).prepare(train.values, train.subtask_codes, None, 0)
@@ -278,32 +367,52 @@ def main() -> None:
             fixed = score(post, sub, draws=draws, random_seed=n, misfit=own)
             label = f"{cls.name} {n}"
             line, covs0[label], covs[label] = coverage_row(label, plain, fixed, truth)
+            widths[label] = interval_widths(fixed)
             lines.append(line)
             misfit_notes.append(f"- {label}: {own.describe().split(': ', 1)[1]}")
     score_s = time.perf_counter() - t0
     in_band = sum(0.85 <= c <= 0.95 for c in covs.values())
     in_band0 = sum(0.85 <= c <= 0.95 for c in covs0.values())
-    scoring = f"""
-### Scoring: held-out llms' true full accuracy inside the 90% interval (target 85-95%)
+    ratio = np.median([w / ww for w, ww in widths.values()])
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    fit_how = (
+        "quick fit: joint mode + per-item Laplace, 400 draws"
+        if args.method == "quick"
+        else f"IRT engine `{args.method}`, 2 chains x {args.draws} draws"
+    )
+    scoring = f"""<!-- scoring seed {args.seed} -->
+### Scoring, seed {args.seed}: held-out llms' true full accuracy inside the 90% interval (target 85-95%)
+
+_Run {stamp}, commit {commit()}: {args.heldout} held-out llms (split by seed {args.seed}),
+item posterior ({args.model}, {fit_how}) fitted on the other {train.n_llms} llms in
+{fit_s:.0f} s; scored with {draws.n_draws} draws; {score_s:.0f} s for all rows, calibration
+included._ {FIT_NOTE}
 
 "plain": the IRT posterior predictive as is; "recalibrated": `score(..., misfit=...)` with
 `estimate_misfit` run on the {train.n_llms} TRAINING llms only ({args.misfit}
-{f"over {args.folds} folds, refitting the item posterior without each fold" if args.misfit == "crossfit" else "against the training posterior"});
-the held-out llms play no part in it. Widths and errors in points.
+{f"over {args.folds} folds, refitting the item posterior without each fold" if args.misfit == "crossfit" else "against the training posterior"}):
+piecewise-linear centre and scale in the IRT prediction, empirical quantiles of the
+standardized residuals (split-conformal); the held-out llms play no part in it.
+Widths (of the interval for the full-benchmark accuracy) and errors in points.
 
 | subset | plain coverage | plain width | plain abs error | recalibrated coverage | in 85-95%? | recalibrated width | recalibrated abs error | Wilson coverage | Wilson width | subset-mean abs error |
 |---|---|---|---|---|---|---|---|---|---|---|
 {chr(10).join(lines)}
 
 {in_band} of {len(covs)} recalibrated rows fall in the 85-95% band ({in_band0} of {len(covs0)} plain).
-Wilson intervals are for the subset accuracy as an estimate of the full accuracy (no
-finite-population correction). With 100 held-out llms a coverage estimate has a standard
-error of about 3 points. Misfit estimates (accuracy on the unobserved items
-= intercept + slope x IRT expectation + Bernoulli noise + sd x Normal(0, 1)):
+The recalibrated intervals are {ratio:.2f}x as wide as the Wilson interval of the same
+subset (median over rows); Wilson intervals are for the subset accuracy as an estimate of
+the full accuracy (no finite-population correction), and are far off for the informative
+subsets, whose items are not representative. With 100 held-out llms a coverage estimate
+has a standard error of about 3 points, and the rows share the same llms. Calibrations:
 
 {chr(10).join(misfit_notes)}
+<!-- coverage seed {args.seed}: {json.dumps({k: [covs0[k], covs[k], widths[k][0], widths[k][1]] for k in covs})} -->
+<!-- /scoring seed {args.seed} -->
 """
-    if args.scoring_only:  # a partial run prints; only a full run rewrites the report section
+    if args.scoring_only:  # this seed's subsection only; the rest of the section is kept
+        body = pooled_summary(merge_scoring(current_body(), scoring, args.seed))
+        write_section("study_design_calibration", TITLE, body)
         print(scoring)
         return
 
@@ -375,7 +484,7 @@ Random: the Bayesian interval overlaps the study's CI at {sum(overlaps)} of {len
 """
     if args.protocol_dir is not None:
         body += protocol_section(Path(args.protocol_dir))
-    write_section("study_design_calibration", "GPQA: scoring calibration and Bayesian MDAD", body)
+    write_section("study_design_calibration", TITLE, body)
     print(body)
 
 

@@ -217,12 +217,17 @@ def test_misfit_is_null_on_data_from_the_model(world):
     resp, _, post = world
     mf = estimate_misfit(post, resp, sizes=(20, 60), n_splits=2, max_draws=50, random_seed=0)
     assert mf.n_observed.tolist() == [20, 60]
-    # no extra deviation (bound: 1 accuracy point) and a calibration slope near 1
-    assert (mf.sd < 0.01).all(), mf.describe()
-    assert (np.abs(mf.slope - 1) < 0.2).all(), mf.describe()
+    # no extra deviation (bound: 1 accuracy point), a centre close to the IRT prediction
+    # and standardized residuals close to Normal(0, 1) (5%/95% quantiles near -/+1.645)
+    assert (mf.excess_sd < 0.01).all(), mf.describe()
+    assert (np.abs(mf.linear_slope - 1) < 0.2).all(), mf.describe()
+    assert np.abs(mf.centre - mf.knots).max() < 0.03, mf.describe()
+    q05, q95 = mf.residual_quantile(mf.n_observed, np.array([[0.05], [0.95]]))
+    assert np.all(np.abs(q05 + 1.645) < 0.3) and np.all(np.abs(q95 - 1.645) < 0.3), (q05, q95)
     # same seed, same estimate
     again = estimate_misfit(post, resp, sizes=(20, 60), n_splits=2, max_draws=50, random_seed=0)
-    np.testing.assert_array_equal(mf.sd, again.sd)
+    np.testing.assert_array_equal(mf.quantiles, again.quantiles)
+    np.testing.assert_array_equal(mf.centre, again.centre)
 
 
 def test_misfit_recovers_an_injected_llm_level_deviation(injected):
@@ -232,8 +237,8 @@ def test_misfit_recovers_an_injected_llm_level_deviation(injected):
     mf = estimate_misfit(post, train, subset=list(resp.items[design]), max_draws=50, random_seed=0)
     assert mf.design.startswith("fixed subset of 50")
     # the deviation is independent of ability: slope ~ 1 and sd within 25% of the truth
-    assert abs(mf.slope[0] - 1) < 0.15, mf.describe()
-    assert abs(mf.sd[0] - true_sd) < 0.25 * true_sd, (mf.describe(), true_sd)
+    assert abs(mf.linear_slope[0] - 1) < 0.15, mf.describe()
+    assert abs(mf.excess_sd[0] - true_sd) < 0.25 * true_sd, (mf.describe(), true_sd)
 
 
 def test_score_with_misfit_widens_intervals_and_restores_coverage(injected):
@@ -260,29 +265,108 @@ def test_score_with_misfit_widens_intervals_and_restores_coverage(injected):
     np.testing.assert_allclose(full["accuracy_mean"], real[:5])
 
 
-def test_misfit_roundtrip_and_bad_input(world):
-    resp, _, post = world
-    mf = Misfit(
+def _toy_misfit() -> Misfit:
+    levels = np.linspace(0, 1, 5)
+    return Misfit(
         n_observed=np.array([10, 100]),
-        slope=np.array([0.5, 0.7]),
-        intercept=np.array([0.1, 0.05]),
-        sd=np.array([0.03, 0.02]),
-        center=np.array([0.3, 0.3]),
-        var_slope=np.array([0.0, 0.004]),
+        knots=np.array([[0.2, 0.4, 0.6], [0.2, 0.4, 0.6]]),
+        centre=np.array([[0.3, 0.4, 0.5], [0.2, 0.4, 0.6]]),
+        variance=np.array([[0.01, 0.01, 0.04], [0.0004, 0.0004, 0.0004]]),
+        quantiles=np.array([[-3.0, -1.0, 0.0, 1.0, 3.0], [-2.0, -1.0, 0.0, 1.0, 2.0]]),
+        levels=levels,
+        excess_sd=np.array([0.03, 0.02]),
+        linear_slope=np.array([0.5, 0.6]),
+        n_cases=np.array([100, 100]),
         n_llms=50,
         n_splits=2,
         design="random subsets",
     )
-    back = Misfit.from_dataset(mf.to_dataset())
-    np.testing.assert_array_equal(back.slope, mf.slope)
-    # interpolation in log n, constant beyond the ends
-    slope, _, sd = mf.at(np.array([5, 10, np.sqrt(1000), 500]))
-    np.testing.assert_allclose(slope, [0.5, 0.5, 0.6, 0.7])
-    np.testing.assert_allclose(sd, [0.03, 0.03, 0.025, 0.02])
-    # the deviation's variance moves with the predicted accuracy: sd^2 + 0.004 * (0.4 - 0.3)
-    _, _, sd_at = mf.at(np.array([500]), np.array([0.4]))
-    np.testing.assert_allclose(sd_at, [np.sqrt(0.02**2 + 0.0004)])
+
+
+def test_misfit_roundtrip_and_bad_input(world, tmp_path):
+    resp, _, post = world
+    mf = _toy_misfit()
+    path = tmp_path / "misfit.nc"
+    mf.to_dataset().to_netcdf(path)
+    back = Misfit.from_dataset(xr.load_dataset(path))
+    for name in (
+        "n_observed",
+        "knots",
+        "centre",
+        "variance",
+        "quantiles",
+        "levels",
+        "excess_sd",
+        "linear_slope",
+    ):
+        np.testing.assert_array_equal(getattr(back, name), getattr(mf, name))
+    assert (back.n_llms, back.n_splits, back.design) == (50, 2, "random subsets")
+    # centre and variance: piecewise linear in the prediction, constant beyond the knots;
+    # between sizes linear in log n, constant beyond the ends
+    n_obs = np.array([5, 10, 10, np.sqrt(1000), 500])
+    centre, scale = mf.at(n_obs, np.array([0.3, 0.5, 0.9, 0.4, 0.1]))
+    np.testing.assert_allclose(centre, [0.35, 0.45, 0.5, 0.4, 0.2])
+    np.testing.assert_allclose(scale, [0.1, np.sqrt(0.025), 0.2, np.sqrt(0.0052), 0.02])
+    # residual quantiles interpolate in probability, then in log n
+    r = mf.residual_quantile(np.array([10, np.sqrt(1000), 100]), np.array([[0.125], [0.5], [1.0]]))
+    np.testing.assert_allclose(r, [[-2.0, -1.75, -1.5], [0.0, 0.0, 0.0], [3.0, 2.5, 2.0]])
+    with pytest.raises(UserInputError, match="re-estimate"):
+        Misfit.from_dataset(xr.Dataset({"misfit_slope": ("n_items", [0.5])}))
     with pytest.raises(UserInputError, match="leave fewer than 10 unobserved"):
         estimate_misfit(post, resp, sizes=(145,), max_draws=10)
     with pytest.raises(UserInputError, match=r"not in the responses.*nope"):
         estimate_misfit(post, resp, subset=["nope"], max_draws=10)
+    with pytest.raises(UserInputError, match="n_knots"):
+        estimate_misfit(post, resp, sizes=(20,), n_knots=-1, max_draws=10)
+
+
+@pytest.fixture(scope="module")
+def curved():
+    """Model data, except that on the items outside a fixed 40-item design each llm's
+    probabilities of success move by ``0.1 * (ability**2 - 1)`` (the IRT prediction
+    is too low at both ends of the ability range and too high in the middle: a
+    curved misfit) plus a heavy-tailed llm-level deviation ``0.02 * t(3)``."""
+    _, truth = simulate_responses(
+        "mmlu-pro", n_llms=700, n_items=140, random_seed=31, return_truth=True
+    )
+    rng = np.random.default_rng(9)
+    theta = truth.ability.to_numpy()
+    p = _irt_p(truth, theta)
+    shift = 0.1 * (theta**2 - 1) + 0.02 * rng.standard_t(3, size=len(theta))
+    shifted = p.copy()
+    shifted[:, 40:] = np.clip(p[:, 40:] + shift[:, None], 0.0, 1.0)
+    vals = (rng.random(p.shape) < shifted).astype(float)
+    resp = Responses.from_arrays(vals, truth.ability.index, truth.difficulty.index)
+    post = posterior_from_truth(truth, n_chains=2, n_draws=50, noise=0.03, random_seed=4)
+    return resp, np.arange(40), post, theta
+
+
+def test_curved_heavy_tailed_misfit_is_calibrated_at_both_ends(curved):
+    resp, design, post, theta = curved
+    train, held = resp.isel(llm=slice(0, 400)), resp.isel(llm=slice(400, 700))
+    real = held.accuracy().to_numpy()
+    sub = held.isel(item=design)
+    items = list(resp.items[design])
+    extreme = np.abs(theta[400:]) > 1.0  # about a third of the llms, at both ends
+
+    def coverage(mf):
+        res = score(post, sub, max_draws=100, random_seed=1, misfit=mf)
+        iv = res["accuracy_interval"].to_numpy()
+        inside = (iv[:, 0] <= real) & (real <= iv[:, 1])
+        return inside.mean(), inside[extreme].mean(), (iv[:, 1] - iv[:, 0]).mean()
+
+    plain_all, _, _ = coverage(None)
+    curved_mf = estimate_misfit(post, train, subset=items, max_draws=50, random_seed=0)
+    line_mf = estimate_misfit(post, train, subset=items, max_draws=50, random_seed=0, n_knots=0)
+    cov_all, cov_ends, width = coverage(curved_mf)
+    line_all, line_ends, line_width = coverage(line_mf)
+    # the centre follows the curve: above the IRT prediction at the ends, below in the middle
+    gap = curved_mf.centre[0] - curved_mf.knots[0]
+    assert gap[0] > 0.02 and gap[-1] > 0.02 and gap[len(gap) // 2] < 0, curved_mf.describe()
+    assert plain_all < 0.7, plain_all
+    # 300 held-out llms and a calibration from 400: coverage within about 3 standard errors
+    assert 0.8 <= cov_all <= 0.97 and cov_ends >= 0.78, (cov_all, cov_ends)
+    # a straight-line centre can only reach coverage with a wider scale (it absorbs the
+    # curve as noise): intervals at least 15% wider, and no better at the ends
+    assert width < 0.85 * line_width, (width, line_width)
+    assert line_ends <= cov_ends + 0.03, (line_ends, cov_ends, line_all)

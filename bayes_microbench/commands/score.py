@@ -7,9 +7,11 @@ interval; beside it the Wilson interval of its subset accuracy.
 
 On real benchmarks the plain IRT predictive is overconfident about the
 unobserved items. ``--calibrate-with PATH`` (responses of the llms the
-posterior was fitted on, e.g. the benchmark file itself) estimates the misfit
-by item-split cross-validation on those llms (``scoring.estimate_misfit``,
-in-sample) and widens and recentres the intervals accordingly.
+posterior was fitted on, e.g. the benchmark file itself) calibrates it by
+item-split cross-validation on those llms (``scoring.estimate_misfit``,
+in-sample: a piecewise-linear recentring and rescaling in the IRT prediction
+and the empirical quantiles of the standardized residuals) and widens and
+recentres the intervals accordingly (split-conformal intervals).
 """
 
 from __future__ import annotations
