@@ -222,7 +222,15 @@ def build(
         return np.asarray(x, dtype=dtype)
 
     with pytensor.config.change_flags(floatX=dtype), pm.Model(coords=coords) as model:
-        ability = pm.Normal("ability", 0.0, 1.0, dims=("llm", "dim"), initval=arr(start.ability))
+        # sampled as one flat vector (llm-major): every free variable is 1-D, which the
+        # mean-field ADVI start (per-variable initial sigmas) relies on
+        ability = pm.Normal(
+            "ability_flat",
+            0.0,
+            1.0,
+            shape=data.n_llms * n_dims,
+            initval=arr(start.ability.reshape(-1)),
+        ).reshape((data.n_llms, n_dims))
         # ----------------------------------------------------------- intercepts
         e_init = start.intercept
         sub_mean = np.array([e_init[sub == k].mean() for k in range(n_s)]) + 0.01
@@ -297,11 +305,11 @@ def build(
             extra = pt.set_subtensor(extra[free[:, 0], free[:, 1]], f)
             extra = pt.set_subtensor(extra[diag[:, 0], diag[:, 1]], g)
             disc = pt.concatenate([disc, extra], axis=1)
-        pm.Potential("loglik", _loglik(data, ability, disc, e, dtype))
+        pm.Potential("loglik", _loglik(data, ability, disc, e, dtype, n_dims))
     return model
 
 
-def _loglik(data: IRTData, ability: Any, disc: Any, e: Any, dtype: str) -> Any:
+def _loglik(data: IRTData, ability: Any, disc: Any, e: Any, dtype: str, n_dims: int) -> Any:
     """Bernoulli-logit log likelihood of the observed cells (missing cells left out).
 
     Dense matrices (at least :data:`~bayes_microbench.irt.data.DENSE_MIN_OBSERVED`
@@ -318,7 +326,11 @@ def _loglik(data: IRTData, ability: Any, disc: Any, e: Any, dtype: str) -> Any:
     one = np.asarray(1.0, dtype=dtype)
     if data.dense:
         y0 = np.asarray(np.where(obs, data.values, 0.0), dtype=dtype)
-        eta = pt.dot(ability, disc.T) + e[None, :]
+        # sum of D outer products rather than a matrix product: no BLAS Op, which
+        # PyTensor's C back end (ADVI on small models) may lack
+        eta = e[None, :]
+        for d in range(n_dims):
+            eta = eta + ability[:, d][:, None] * disc[:, d][None, :]
         weight = one if data.complete else np.asarray(obs, dtype=dtype)
         return bernoulli_logit_loglik(eta, y0, weight)
     rows, cols = np.nonzero(obs)
@@ -367,7 +379,7 @@ def to_saved_scale(
         disc[..., diag[:, 0], diag[:, 1] + 1] = g
         out["loading_sd"] = (("extra_dim",), sd_l)
     mdisc = np.sqrt(np.sum(disc**2, axis=-1))
-    out["ability"] = (("llm", "dim"), f64["ability"])
+    out["ability"] = (("llm", "dim"), f64["ability_flat"].reshape(*lead, data.n_llms, n_dims))
     out["discrimination"] = (("item", "dim"), disc)
     out["intercept"] = (("item",), intercept)
     out["mdisc"] = (("item",), mdisc)
