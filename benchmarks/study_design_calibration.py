@@ -412,6 +412,7 @@ has a standard error of about 3 points, and the rows share the same llms. Calibr
 """
     if args.scoring_only:  # this seed's subsection only; the rest of the section is kept
         body = pooled_summary(merge_scoring(current_body(), scoring, args.seed))
+        body = re.sub(r"\n{3,}", "\n\n", body)  # merges leave no runs of blank lines
         write_section("study_design_calibration", TITLE, body)
         print(scoring)
         return
