@@ -281,6 +281,50 @@ def bench_report(key: str, bench: Bench, out: Path, runs: int, info: dict) -> tu
             + ". Goal (no worse at every size) "
             + ("**met**." if len(ok) == len(v) else "**not met**.")
         )
+
+    # the same comparison on the monotone (isotonic) MDAD, steadier than first crossing
+    def iso(sel: str, n: int) -> tuple[float, str]:
+        m = cells.get((sel, n), {}).get("metrics", {})
+        v = val(m.get("mdad_isotonic_seen"))
+        lo, hi = val(m.get("mdad_isotonic_seen_lower")), val(m.get("mdad_isotonic_seen_upper"))
+        if math.isnan(v):
+            return math.inf, "not reached"
+        txt = f"{v:.1f} [{'open' if math.isnan(lo) else f'{lo:.1f}'}, "
+        return v, txt + f"{'open' if math.isnan(hi) else f'{hi:.1f}'}]"
+
+    lines += [
+        "",
+        "The same comparison on the monotone MDAD (isotonic fit of P(correct | gap), "
+        "bootstrap interval; steadier than the first-crossing rule when pairs are few):",
+        "",
+        "| n | best of the seven (isotonic) | " + " | ".join(BAYES) + " |",
+        "|---|---|" + "---|" * len(BAYES),
+    ]
+    summary["iso"] = {b: {} for b in BAYES}
+    for n in SIZES:
+        seven_iso = {s_: iso(s_, n) for s_ in SEVEN if (s_, n) in cells}
+        if not seven_iso or not all((b, n) in cells for b in BAYES):
+            continue
+        best_v = min(v for v, _ in seven_iso.values())
+        names = [s_ for s_, (v, _) in seven_iso.items() if v == best_v]
+        cols = []
+        for b in BAYES:
+            v, txt = iso(b, n)
+            ok = v <= best_v
+            summary["iso"][b][n] = ok
+            cols.append(f"{txt} {'no worse' if ok else 'worse'}")
+        lines.append(
+            f"| {n} | {', '.join(names)}: {seven_iso[names[0]][1]} | " + " | ".join(cols) + " |"
+        )
+    lines.append("")
+    for b in BAYES:
+        v = summary["iso"][b]
+        if v:
+            ok = [str(n) for n, x in v.items() if x]
+            lines.append(
+                f"- `{b}` (isotonic): no worse at n = {', '.join(ok) or 'none'}; worse at n = "
+                f"{', '.join(str(n) for n, x in v.items() if not x) or 'none'}."
+            )
     # evidence: estimation error, agreement and monotone MDAD per size
     lines += [
         "",
