@@ -12,6 +12,10 @@ Usage::
     .venv/bin/python benchmarks/bench_irt_sampling.py --variants decoupled-numpyro,3pl
     .venv/bin/python benchmarks/bench_irt_sampling.py --no-report     # print only
 
+Every run is appended to ``benchmarks/results/irt_sampling.json`` (with its
+date and commit); the report shows the latest run in full and every earlier
+run's rows beneath it, so what was tried stays on record.
+
 Figures: wall seconds of the whole fit (model build + compile + tune + draws),
 CPU seconds of the process (on a machine shared with other jobs the wall time
 inflates, CPU time much less; with 2 parallel chains the unloaded wall time is
@@ -31,6 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+RESULTS = HERE / "results" / "irt_sampling.json"
 GPQA = ROOT.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
 
 # name -> (model, parameterization, backend, IRTConfig extras, nutpie adaptation)
@@ -42,6 +47,7 @@ VARIANTS: dict[str, tuple[str, str, str, dict, str]] = {
     "non-centered-nutpie": ("2pl", "non-centered", "nutpie", {}, "diag"),
     "textbook-nutpie": ("2pl", "textbook", "nutpie", {}, "diag"),
     "3pl-nutpie": ("3pl", "decoupled", "nutpie", {"n_options": 4}, "diag"),
+    "3pl-learned-nutpie": ("3pl", "decoupled", "nutpie", {}, "diag"),
 }
 DEFAULT = ["decoupled-nutpie", "slope-intercept-nutpie", "non-centered-nutpie"]
 
@@ -167,7 +173,25 @@ def main() -> int:
             ref["reported_cpu_s"] = res.get("cpu_seconds")
         print(json.dumps({"py-irt": ref}, default=float), flush=True)
     if not args.no_report:
-        report(rows, ref, args)
+        sys.path.insert(0, str(HERE))
+        from _report import commit
+
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        runs = json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else []
+        runs.append(
+            {
+                "date": stamp,
+                "commit": commit(),
+                "tune": args.tune,
+                "draws": args.draws,
+                "seed": args.seed,
+                "rows": rows,
+                "pyirt": ref,
+            }
+        )
+        RESULTS.parent.mkdir(exist_ok=True)
+        RESULTS.write_text(json.dumps({"runs": runs}, indent=1, default=float) + "\n")
+        report(rows, ref, args, runs[:-1])
     return 0
 
 
@@ -175,7 +199,29 @@ def _f(x: object, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def report(rows: list[dict], ref: dict | None, args: argparse.Namespace) -> None:
+def _row(r: dict) -> str:
+    if r.get("error"):
+        return (
+            f"| {r['variant']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | - | - | - | - | - | "
+            f"failed: {r['error']} | {r['load']:.1f} |"
+        )
+    return (
+        f"| {r['variant']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_mib']:.0f} | "
+        f"{_f(r.get('max_rhat'), '.4f')} | {_f(r.get('min_ess_bulk'), '.0f')} | "
+        f"{r.get('divergences')} | {_f(r.get('steps'), '.1f')} | {r.get('converged')} | "
+        f"{r['load']:.1f} |"
+    )
+
+
+HEAD = (
+    "| variant | wall s | CPU s | peak MiB | max R-hat | min bulk ESS | divergences | "
+    "leapfrog steps/draw | converged | load |"
+)
+
+
+def report(
+    rows: list[dict], ref: dict | None, args: argparse.Namespace, earlier: list[dict]
+) -> None:
     sys.path.insert(0, str(HERE))
     from _report import write_section
 
@@ -187,24 +233,11 @@ def report(rows: list[dict], ref: dict | None, args: argparse.Namespace) -> None
         "parameters. `load` is the 1-minute load average when the variant started "
         "(2 cores, shared with other jobs: wall times inflate with load; CPU seconds less so).",
         "",
-        "| variant | wall s | CPU s | peak MiB | max R-hat | min bulk ESS | divergences | "
-        "leapfrog steps/draw | converged | load |",
+        HEAD,
         "|---|---|---|---|---|---|---|---|---|---|",
+        *(_row(r) for r in rows),
+        "",
     ]
-    for r in rows:
-        if r.get("error"):
-            lines.append(
-                f"| {r['variant']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | - | - | - | - | - | "
-                f"failed: {r['error']} | {r['load']:.1f} |"
-            )
-            continue
-        lines.append(
-            f"| {r['variant']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_mib']:.0f} | "
-            f"{_f(r.get('max_rhat'), '.4f')} | {_f(r.get('min_ess_bulk'), '.0f')} | "
-            f"{r.get('divergences')} | {_f(r.get('steps'), '.1f')} | {r.get('converged')} | "
-            f"{r['load']:.1f} |"
-        )
-    lines.append("")
     if ref is None:
         lines.append(
             "py-irt reference: **not measured in this run** (no /work/pyirt-env/bin/python "
@@ -227,6 +260,24 @@ def report(rows: list[dict], ref: dict | None, args: argparse.Namespace) -> None
                 f"Ratio ours (decoupled-nutpie, the default, full NUTS posterior) / py-irt (SVI point fit): "
                 f"wall {ours['wall_s'] / ref['wall_s']:.2f}, CPU {ours['cpu_s'] / max(ref['cpu_s'], 1e-9):.2f}."
             )
+    if earlier:
+        lines += ["", "### Earlier runs (older code; kept for the record)", ""]
+        for run in reversed(earlier):
+            pyirt = run.get("pyirt") or {}
+            note = (
+                f"py-irt {pyirt['wall_s']:.1f} s wall"
+                if pyirt.get("wall_s") and not pyirt.get("error")
+                else f"py-irt: {pyirt.get('error', 'not measured')}"
+            )
+            lines += [
+                f"{run['date']}, commit {run['commit']}, 2 x ({run['tune']} + {run['draws']}), "
+                f"seed {run['seed']}; {note}.",
+                "",
+                HEAD,
+                "|---|---|---|---|---|---|---|---|---|---|",
+                *(_row(r) for r in run["rows"]),
+                "",
+            ]
     write_section(
         "bench_irt_sampling",
         "IRT sampling on GPQA: parameterizations, back ends, py-irt",
