@@ -459,16 +459,14 @@ def diagnosis_lines(d: dict) -> list[str]:
     ]
     e = d["error"]
     big, small = str(SIZES[-1]), str(SIZES[0])
+    pm, rpm, rsm = e["posterior mean"], e["random + posterior mean"], e["random + subset mean"]
     lines += [
-        "Reading: the posterior-mean estimator's error stays near the model floor at every "
-        f"size ({e['posterior mean'][small]:.1f} at n={small}, {e['posterior mean'][big]:.1f} "
-        f"at n={big}) because it predicts the unobserved seen items from the 2PL, while the "
-        f"plain mean of random items falls to {e['random + subset mean'][big]:.1f} at "
-        f"n={big}. With random items the same estimator errs by "
-        f"{e['random + posterior mean'][small]:.1f} at n={small} (vs "
-        f"{e['posterior mean'][small]:.1f} with the chosen items): at small n most of the "
-        "gain over the baselines comes from the estimator borrowing strength across items, "
-        "and at large n its model bias is what costs MDAD.",
+        "Reading: the posterior-mean estimator's error stays near the model floor "
+        f"({d['floor']:.1f}) at every size ({pm[small]:.1f} at n={small}, {pm[big]:.1f} at "
+        f"n={big}): it predicts the unobserved seen items from the 2PL. The plain mean of "
+        f"random items falls to {rsm[big]:.1f} at n={big}. At n={small} the estimator alone "
+        f"(random items) takes the error from {rsm[small]:.1f} to {rpm[small]:.1f}, and "
+        f"bayes-ranking's items take it to {pm[small]:.1f}.",
         "",
     ]
     return lines
@@ -598,11 +596,17 @@ def main() -> int:
         "study's 50/50 seen/unseen split per subtask, sizes 10-500, seen-split MDAD.",
         "",
     ]
+    untimed = [BENCHES[k].name for k in shown if not read_timing(out_root / k)]
+    if untimed:
+        walls.append(
+            f"{', '.join(untimed)}: computed over interrupted invocations (no wall time "
+            "recorded; its compute time below is the sum over its cells)"
+        )
     if walls:
         head += [
             "Grid wall time: "
-            + ", ".join(walls)
-            + ". 1-minute load average sampled every 30 s during the grids (2 cores shared "
+            + "; ".join(walls)
+            + ". 1-minute load average sampled every 30 s during the timed grids (2 cores shared "
             f"with other jobs): median {pd.Series(loads).median():.1f}, range "
             f"{min(loads):.1f}-{max(loads):.1f} ({len(loads)} samples); this process ran at "
             "`nice -n 5`, BLAS on one thread.",
