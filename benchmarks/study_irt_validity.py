@@ -94,7 +94,7 @@ def coverage(method: str, replicates: int, draws: int = 300, tune: int = 300) ->
             print(f"{method} replicate {r} failed: {exc}", file=sys.stderr, flush=True)
             continue
         per_rep.append(time.perf_counter() - t0)
-        for key in ("iterations", "converged", "optimizer_converged", "chosen_iteration"):
+        for key in ("iterations", "converged", "optimizer_converged"):
             if key in fit.fit_info:
                 info_keys.setdefault(key, []).append(fit.fit_info[key])
         post = fit.posterior
