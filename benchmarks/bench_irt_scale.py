@@ -239,6 +239,7 @@ def main() -> int:
                 row["nuts"] = "not sampled: gradient timed only (--grad-only)"
             elif method == "nuts":
                 row["nuts"] = f"2 x ({args.nuts_tune} + {args.nuts_draws})"
+                row["nuts_iterations"] = args.nuts_tune + args.nuts_draws
             for line in out.strip().splitlines():
                 if line.startswith("{"):
                     row.update(json.loads(line))
@@ -263,17 +264,20 @@ def report(results: dict[str, Any]) -> None:
         "2 cores shared with other jobs: `load` is the 1-minute load average at the start "
         "(CPU s is the fairer figure when load > 2). Per-run date and commit in "
         "`benchmarks/results/irt_scale.json`. NUTS: nutpie (JAX), 2 chains, float32; "
-        "`s/grad` is one log density + gradient of the sampled model timed before sampling; "
-        "`2x(1000+1000) proj.` = s/grad x steps/draw x 4000 / 2 parallel chains (steps/draw "
-        f"measured, or assumed {ASSUMED_STEPS} when the run did not finish): a projection, not "
-        "a measurement. Simulated data: `truth in 90%` is the fraction of the true abilities / "
+        "`s/grad` is one log density + gradient of the sampled model timed alone before "
+        "sampling (inside nutpie each gradient costs several times more: chain overhead, two "
+        "chains sharing the cores); `cell-grads/s` = cells x iterations x steps/draw / "
+        "sampling s, per chain, measured. `2x(1000+1000) proj.` is a projection, not a "
+        "measurement: the sampled run's time scaled to 2000 iterations per chain, or, for "
+        f"rows not sampled, cells x 2000 x {ASSUMED_STEPS} steps / the median cell-grads/s of "
+        "the sampled rows. Simulated data: `truth in 90%` is the fraction of the true abilities / "
         "difficulties inside the central 90% intervals (the 450 x 12000 matrix is drawn from a "
         "3PL with 10 options, so a 2PL fit of it is misspecified; the 5000 x 250 one is a 2PL).",
         "",
         "| data | llms x items | cells | method | wall s | CPU s | peak MiB | fit details | "
-        "s/grad | steps/draw | max R-hat | min ESS | div. | 2x(1000+1000) proj. s | "
-        "truth in 90% ability / difficulty | load | note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "s/grad | steps/draw | cell-grads/s | max R-hat | min ESS | div. | "
+        "2x(1000+1000) proj. s | truth in 90% ability / difficulty | load | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     order = list(DATA)
     meth = ["advi", "pathfinder", "laplace", "map", "nuts"]
@@ -284,6 +288,16 @@ def report(results: dict[str, Any]) -> None:
             meth.index(r["method"]) if r["method"] in meth else 99,
         ),
     )
+
+    def rate(r: dict[str, Any]) -> float | None:
+        if r["method"] != "nuts" or r["error"] or not r.get("sampling_s"):
+            return None
+        if not r.get("steps_per_draw") or not r.get("nuts_iterations"):
+            return None
+        return float(r["cells"] * r["nuts_iterations"] * r["steps_per_draw"] / r["sampling_s"])
+
+    rates = sorted(x for x in (rate(r) for r in rows) if x)
+    typical = rates[len(rates) // 2] if rates else None
     for r in rows:
         shape = f"{r.get('n_llms', '?')} x {r.get('n_items', '?')}"
         info = r.get("info", {})
@@ -299,17 +313,20 @@ def report(results: dict[str, Any]) -> None:
         if "logp_evaluations" in info:
             details.append(f"{info['logp_evaluations']} logp evals")
         proj = "-"
-        if r["method"] == "nuts" and r.get("gradient_s"):
-            steps = r.get("steps_per_draw") or ASSUMED_STEPS
-            proj = f"{r['gradient_s'] * steps * 4000 / 2:.0f}"
+        r_rate = rate(r)
+        if r_rate:
+            proj = f"{r['sampling_s'] * 2000 / r['nuts_iterations']:.0f}"
+        elif r["method"] == "nuts" and typical and r.get("cells"):
+            proj = f"{r['cells'] * 2000 * ASSUMED_STEPS / typical:.0f} (from cells)"
         truth = "-"
         if "ability_coverage" in r:
             truth = f"{r['ability_coverage']:.2f} / {r['difficulty_coverage']:.2f}"
         lines.append(
             f"| {r['data']} | {shape} | {_fmt(r.get('cells'), ',')} | {r['method']} | "
             f"{r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_mib']:.0f} | "
-            f"{'; '.join(d for d in details if d) or '-'} | {_fmt(r.get('gradient_s'), '.3f')} | "
-            f"{_fmt(r.get('steps_per_draw'), '.0f')} | {_fmt(r.get('max_rhat'), '.3f')} | "
+            f"{'; '.join(d for d in details if d) or '-'} | {_fmt(r.get('gradient_s'), '.4f')} | "
+            f"{_fmt(r.get('steps_per_draw'), '.0f')} | {_fmt(r_rate, '.1e')} | "
+            f"{_fmt(r.get('max_rhat'), '.3f')} | "
             f"{_fmt(r.get('min_ess_bulk'), '.0f')} | {_fmt(r.get('divergences'), 'd')} | "
             f"{proj} | {truth} | {r['load']:.1f} | {r['error'] or ''} |"
         )
