@@ -437,7 +437,7 @@ def advi(
     backend = "jax" if dim >= ADVI_JAX_MIN_DIM and dtype == "float32" else "c"
     lr = pytensor.shared(np.asarray(learning_rate, dtype=dtype), name="advi_learning_rate")
     schedule = _PlateauSchedule(lr, window, halvings, tolerance=tolerance * dim)
-    sigma = {v.name: np.full(np.shape(point[v.name]), start_sigma) for v in model.value_vars}
+    sigma = {v.name: np.full(np.size(point[v.name]), start_sigma) for v in model.value_vars}
     with model, warnings.catch_warnings():
         # float32 on JAX: int64 / float64 constants are cast to 32 bits
         warnings.filterwarnings("ignore", message="Explicitly requested dtype")
