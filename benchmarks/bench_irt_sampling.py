@@ -97,25 +97,41 @@ def one(name: str, tune: int, draws: int, seed: int) -> dict:
     }
 
 
-def _child(cmd: list[str], timeout: float) -> tuple[dict | None, float, float, float, str]:
-    """Run ``cmd``; return (last JSON line, wall s, CPU s, peak MiB, error tail)."""
+# runs one command and prints its own peak RSS (KiB) last: RUSAGE_CHILDREN of the
+# benchmark process would be the maximum over every child so far
+_PEAK_WRAPPER = (
+    "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+    "print('PEAK_KIB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True); "
+    "sys.exit(r.returncode)"
+)
+
+
+def _child(cmd: list[str], timeout: float) -> tuple[dict | None, float, float, float | None, str]:
+    """Run ``cmd``; return (last JSON line, wall s, CPU s, its own peak MiB, error tail)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        proc = subprocess.run(
+            [sys.executable, "-c", _PEAK_WRAPPER, *cmd],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=ROOT,
+        )
         out, err, ok = proc.stdout, proc.stderr, proc.returncode == 0
     except subprocess.TimeoutExpired:
         out, err, ok = "", f"timed out after {timeout:.0f} s", False
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    peak = after.ru_maxrss / 1024
+    peak = None
     result = None
     for line in reversed(out.strip().splitlines()):
-        if line.startswith("{"):
+        if line.startswith("PEAK_KIB") and peak is None:
+            peak = int(line.split()[1]) / 1024
+        elif line.startswith("{") and result is None:
             try:
                 result = json.loads(line)
-                break
             except json.JSONDecodeError:
                 continue
     tail = "" if ok else (err.strip().splitlines() or ["failed"])[-1][:200]
@@ -139,7 +155,16 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--no-report", action="store_true")
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite the section from the saved runs"
+    )
     args = parser.parse_args()
+    if args.report_only:
+        runs = json.loads(RESULTS.read_text())["runs"]
+        last = runs[-1]
+        args.tune, args.draws, args.seed = last["tune"], last["draws"], last["seed"]
+        report(last["rows"], last.get("pyirt"), args, runs[:-1])
+        return 0
     if args.one:
         print(json.dumps(one(args.one, args.tune, args.draws, args.seed), default=float))
         return 0
@@ -206,7 +231,7 @@ def _row(r: dict) -> str:
             f"failed: {r['error']} | {r['load']:.1f} |"
         )
     return (
-        f"| {r['variant']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_mib']:.0f} | "
+        f"| {r['variant']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {_f(r.get('peak_mib'), '.0f')} | "
         f"{_f(r.get('max_rhat'), '.4f')} | {_f(r.get('min_ess_bulk'), '.0f')} | "
         f"{r.get('divergences')} | {_f(r.get('steps'), '.1f')} | {r.get('converged')} | "
         f"{r['load']:.1f} |"
@@ -253,6 +278,7 @@ def report(
             f"py-irt hierarchical 2PL SVI, 2000 epochs (same run): wall {ref['wall_s']:.1f} s "
             f"(its own timer, training loop only: {_f(ref.get('reported_wall_s'), '.1f')} s wall, "
             f"{_f(ref.get('reported_cpu_s'), '.1f')} s CPU), process CPU {ref['cpu_s']:.0f} s, "
+            f"peak {_f(ref.get('peak_mib'), '.0f')} MiB, "
             f"load {ref['load']:.1f} at start."
         )
         if ours:
@@ -271,7 +297,8 @@ def report(
             )
             lines += [
                 f"{run['date']}, commit {run['commit']}, 2 x ({run['tune']} + {run['draws']}), "
-                f"seed {run['seed']}; {note}.",
+                f"seed {run['seed']}; {note}."
+                + (f" Source: {run['source']}." if run.get("source") else ""),
                 "",
                 HEAD,
                 "|---|---|---|---|---|---|---|---|---|---|",
