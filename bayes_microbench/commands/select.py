@@ -83,7 +83,7 @@ def subset_document(
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..io import load_responses, write_atomic
+    from ..io import load_responses
     from ..selectors import get_selector
 
     if args.posterior is not None:
@@ -97,52 +97,46 @@ def run(args: argparse.Namespace) -> int:
     selection = prepared.select(args.n, rng)
     ids = [str(i) for i in resp.items[selection.items]]
     subtasks = [str(s) for s in resp.item_subtask[selection.items]]
-    doc = subset_document(
-        selector=args.selector,
-        seed=args.seed,
-        source=str(args.responses),
-        item_ids=ids,
-        subtasks=subtasks,
-        weights=selection.weights,
-        info=selection.info,
-    )
-    _write(doc, args.output, write_atomic)
-    _say(args, doc)
-    return 0
+    return _emit(args, str(args.responses), ids, subtasks, selection.weights, selection.info)
 
 
 def _run_from_posterior(args: argparse.Namespace) -> int:
     from ..design import select_from_posterior
-    from ..io import write_atomic
     from ..scoring import read_posterior
 
     posterior = read_posterior(args.posterior)
     ids, subtasks, weights, info = select_from_posterior(
         posterior, args.selector, args.n, random_seed=args.seed
     )
+    return _emit(args, str(args.posterior), ids, subtasks, weights, info)
+
+
+def _emit(
+    args: argparse.Namespace,
+    source: str,
+    item_ids: list[str],
+    subtasks: list[str],
+    weights: np.ndarray,
+    info: dict[str, Any],
+) -> int:
+    """Write the subset document atomically to ``--output`` and report it."""
+    import json
+
+    from ..io import write_atomic
+
     doc = subset_document(
         selector=args.selector,
         seed=args.seed,
-        source=str(args.posterior),
-        item_ids=ids,
+        source=source,
+        item_ids=item_ids,
         subtasks=subtasks,
         weights=weights,
         info=info,
     )
-    _write(doc, args.output, write_atomic)
-    _say(args, doc)
-    return 0
-
-
-def _write(doc: dict[str, Any], path: str, write_atomic: Any) -> None:
-    import json
-
     text = json.dumps(doc, indent=2) + "\n"
-    write_atomic(path, lambda tmp: tmp.write_text(text))
-
-
-def _say(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    write_atomic(args.output, lambda tmp: tmp.write_text(text))
     if args.json:
         print_json(doc)
     elif not args.quiet:
         print(f"wrote {doc['n_items']} items chosen by {doc['selector']} to {args.output}")
+    return 0
