@@ -82,16 +82,17 @@ def initial_values(data: IRTData) -> dict[str, np.ndarray]:
     return {"z": z, "logit_item": logit_item}
 
 
-def item_centers(data: IRTData) -> np.ndarray:
+def item_centers(data: IRTData, init: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """Per item, the information-weighted mean of the starting abilities.
 
     Writing an item's logit as ``a * (v - c) + e'`` instead of ``a * v + e``
     makes ``a`` and ``e'`` nearly uncorrelated in the posterior when ``c`` is
     where the item's Fisher information sits: for a hard item only the strong
     llms carry information, so its slope and intercept are strongly
-    correlated around ``c = 0`` but not around its own centre.
+    correlated around ``c = 0`` but not around its own centre. ``init``: the
+    :func:`initial_values` of ``data`` when already computed.
     """
-    init = initial_values(data)
+    init = initial_values(data) if init is None else init
     z = init["z"]
     eta = z[:, None] + init["logit_item"][None, :]
     p = 1.0 / (1.0 + np.exp(-eta))
@@ -168,7 +169,7 @@ def build(
                 )
                 a_lik = pt.exp(lat)
                 a_true = a_lik / pt.exp(log_s)
-                centers = item_centers(data)
+                centers = item_centers(data, init)
                 e_c = pm.Flat("e", dims="item", initval=(e_init + centers).astype(dtype))
                 e = e_c - a_lik * cast(centers)
                 pm.Potential(
