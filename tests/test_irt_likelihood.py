@@ -58,3 +58,54 @@ def test_jax_autodiff_uses_the_custom_gradient_in_float32():
     assert np.asarray(value).dtype == np.float32
     assert float(value) == pytest.approx(ref_value, rel=1e-5)
     np.testing.assert_allclose(np.asarray(grad), ref_grad, rtol=1e-5, atol=1e-6)
+
+
+def _reference_2pl(theta, a, e, y, w):
+    eta = np.outer(theta, a) + e[None, :]
+    value, r = _reference(eta, y, w)
+    return value, (r @ a, theta @ r, r.sum(axis=0))
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("mode", ["NUMBA", "FAST_COMPILE", "JAX"])
+def test_fused_2pl_value_and_symbolic_gradient_match_reference(masked, mode):
+    from bayes_microbench.irt._likelihood import bernoulli_logit_2pl_loglik
+
+    rng = np.random.default_rng(2)
+    y = (rng.random((7, 11)) < 0.4).astype(float)
+    w = (rng.random((7, 11)) < 0.7).astype(float) if masked else np.asarray(1.0)
+    theta, a, e = (pt.tensor(n, shape=(None,), dtype="float64") for n in ("theta", "a", "e"))
+    out = bernoulli_logit_2pl_loglik(theta, a, e, y, w)
+    f = pytensor.function([theta, a, e], [out, *pt.grad(out, [theta, a, e])], mode=mode)
+    args = (rng.normal(size=7) * 3, np.exp(rng.normal(size=11)), rng.normal(size=11) * 3)
+    value, *grads = f(*args)
+    ref_value, ref_grads = _reference_2pl(*args, y, w)
+    assert value == pytest.approx(ref_value, rel=1e-12, abs=1e-9)
+    for got, want in zip(grads, ref_grads, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_fused_2pl_jax_autodiff_uses_the_custom_gradient_in_float32():
+    jax = pytest.importorskip("jax")
+    from pymc.sampling.jax import get_jaxified_graph
+
+    from bayes_microbench.irt._likelihood import bernoulli_logit_2pl_loglik
+
+    rng = np.random.default_rng(3)
+    y = (rng.random((5, 8)) < 0.5).astype(np.float32)
+    w = (rng.random((5, 8)) < 0.8).astype(np.float32)
+    theta, a, e = (pt.tensor(n, shape=(None,), dtype="float32") for n in ("theta", "a", "e"))
+    fn = get_jaxified_graph(
+        inputs=[theta, a, e], outputs=[bernoulli_logit_2pl_loglik(theta, a, e, y, w)]
+    )
+    args = [
+        (rng.normal(size=5) * 3).astype(np.float32),
+        np.exp(rng.normal(size=8)).astype(np.float32),
+        rng.normal(size=8).astype(np.float32),
+    ]
+    value, grads = jax.value_and_grad(lambda *x: fn(*x)[0], argnums=(0, 1, 2))(*args)
+    ref_value, ref_grads = _reference_2pl(*(x.astype(float) for x in args), y, w)
+    assert np.asarray(value).dtype == np.float32
+    assert float(value) == pytest.approx(ref_value, rel=1e-5)
+    for got, want in zip(grads, ref_grads, strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
