@@ -28,6 +28,9 @@ from .diagnostics import ConvergenceSummary, summarize, warn_if_unconverged
 
 logger = logging.getLogger(__name__)
 
+#: nutpie's mass-matrix adaptations (see ``IRTModel.fit``).
+ADAPTATIONS = ("auto", "draw_diag", "diag", "low_rank")
+
 #: Laplace builds a dense Hessian; above this many unconstrained parameters use ADVI.
 LAPLACE_MAX_DIM = 6000
 
@@ -142,7 +145,7 @@ class IRTModel:
         float32: bool = True,
         parameterization: str = "auto",
         advi_iterations: int = 30000,
-        adaptation: str = "diag",
+        adaptation: str = "auto",
     ) -> IRTModel:
         """Fit the model; return ``self`` with :attr:`idata` and :attr:`posterior` attached.
 
@@ -176,7 +179,17 @@ class IRTModel:
         advi_iterations
             Optimization steps of ADVI.
         adaptation
-            nutpie's mass-matrix adaptation: ``"diag"`` (default) or ``"low_rank"``.
+            nutpie's mass-matrix adaptation: ``"auto"`` (default):
+            ``"draw_diag"`` with the ``"decoupled"`` parameterization, else
+            ``"diag"``. ``"draw_diag"`` is the diagonal of the draws' variances
+            (as in Stan and PyMC), ``"diag"`` nutpie's own (draw and gradient
+            variances), ``"low_rank"`` nutpie's low-rank correction. On GPQA
+            ``"draw_diag"`` needed more leapfrog steps per draw than ``"diag"``
+            but reached a far higher worst-case ESS (items with discrimination
+            near 0 have skewed posteriors that need the wider steps;
+            ``benchmarks/bench_irt_sampling.py``); on a 40 x 50 test matrix
+            (non-centered) it gave occasional divergences after 150 tuning
+            steps where ``"diag"`` gave none.
 
         Raises
         ------
@@ -191,6 +204,10 @@ class IRTModel:
             raise ConfigurationError(f"method must be one of {list(METHODS)}, got {method!r}")
         if backend not in BACKENDS:
             raise ConfigurationError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+        if adaptation not in ADAPTATIONS:
+            raise ConfigurationError(
+                f"adaptation must be one of {list(ADAPTATIONS)}, got {adaptation!r}"
+            )
         seed = 0 if random_seed is None else int(random_seed)
         sampler = SamplerConfig(
             method=method,  # type: ignore[arg-type]
@@ -224,6 +241,8 @@ class IRTModel:
                     f"model '2pl-md' takes parameterization 'auto' or one of "
                     f"{list(PARAMETERIZATIONS)}, got {parameterization!r}"
                 )
+        if adaptation == "auto":
+            adaptation = "draw_diag" if parameterization == "decoupled" else "diag"
         import pytensor
 
         with pytensor.config.change_flags(floatX="float32" if float32 else "float64"):
@@ -369,47 +388,40 @@ def _run_nuts(
     backend: str,
     adaptation: str = "diag",
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    import pymc as pm
+    from ._chains import STATS, nutpie_draws, nutpie_in_workers, worker_count
 
-    names = [rv.name for rv in model.free_RVs]
-    with warnings.catch_warnings():
-        # float32 sampling: JAX notes that int64/float64 constants become 32-bit
-        warnings.filterwarnings("ignore", message="Explicitly requested dtype")
-        if backend == "numpyro":
-            import jax
+    if backend == "numpyro":
+        import jax
+        import pymc as pm
 
-            jax.config.update("jax_enable_x64", not sampler.float32)
+        jax.config.update("jax_enable_x64", not sampler.float32)
+        with warnings.catch_warnings():
+            # float32 sampling: JAX notes that int64/float64 constants become 32-bit
+            warnings.filterwarnings("ignore", message="Explicitly requested dtype")
             tree = _numpyro_sample(pm, model, sampler, seed, progressbar)
-        else:
-            import nutpie
+        post, stats_ds = tree["posterior"], tree["sample_stats"]
+        raw = {rv.name: np.asarray(post[rv.name].values) for rv in model.free_RVs}
+        return raw, {k: np.asarray(stats_ds[k].values) for k in STATS if k in stats_ds}
+    settings: dict[str, Any] = dict(
+        draws=sampler.draws,
+        tune=sampler.tune,
+        target_accept=sampler.target_accept,
+        adaptation=adaptation,
+        progressbar=progressbar,
+    )
+    workers = worker_count(sampler.chains)
+    if workers > 1:
+        import pytensor
 
-            # start every chain at the data-driven initial values: nutpie's default
-            # U(-1, 1) jitter of all unconstrained values (e.g. the ability scale)
-            # can leave a chain stuck far out in the tails for the whole run (the
-            # initial values are chosen so that no gradient entry is exactly 0,
-            # which nutpie's mass-matrix initialization needs)
-            compiled = nutpie.compile_pymc_model(
-                model, backend="jax", gradient_backend="jax", jitter_rvs=set()
-            )
-            tree = nutpie.sample(
-                compiled,
-                draws=sampler.draws,
-                tune=sampler.tune,
-                chains=sampler.chains,
-                cores=sampler.chains,
-                seed=seed,
-                target_accept=sampler.target_accept,
-                progress_bar=progressbar,
-                adaptation=adaptation,
-            )
-    post = tree["posterior"]
-    raw = {n: np.asarray(post[n].values) for n in names}
-    stats_ds = tree["sample_stats"]
-    stats = {}
-    for key in ("diverging", "energy", "n_steps", "tree_depth", "step_size", "lp"):
-        if key in stats_ds:
-            stats[key] = np.asarray(stats_ds[key].values)
-    return raw, stats
+        return nutpie_in_workers(
+            model,
+            workers=workers,
+            chains=sampler.chains,
+            seed=seed,
+            floatx=str(pytensor.config.floatX),
+            **settings,
+        )
+    return nutpie_draws(model, chains=sampler.chains, cores=sampler.chains, seed=seed, **settings)
 
 
 def _numpyro_sample(

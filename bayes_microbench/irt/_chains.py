@@ -1,0 +1,162 @@
+"""nutpie's NUTS chains, in forked worker processes pinned to one CPU core each.
+
+nutpie runs the chains of one call as threads of one process, each calling the
+JAX-compiled log density. XLA's CPU runtime keeps helper threads busy around
+every call: on GPQA (420 x 448) one log-density-and-gradient call costs about
+1.0 ms of CPU when its process is pinned to one core, but 1.5-2 ms of CPU
+otherwise, so two chains on two cores slow each other down. Two single-chain
+processes pinned to a core each ran 2 x (400 + 400) iterations in 26 s, against
+39 s for the same two chains as threads of one process (measured by hand on the
+project's 2-core machine; the end-to-end figures are in
+``benchmarks/bench_irt_sampling.py``'s report).
+
+A worker is forked (cheap: it inherits the parent's imports and the built PyMC
+model, so nothing is pickled on the way in) and sends back its raw draws and
+sample statistics as numpy arrays. Forking a process whose JAX runtime has already
+started is unsafe, so :func:`worker_count` returns 1 in that case (and off
+Linux), and the caller runs the chains as threads instead. The two paths seed
+their chains differently: each is reproducible for a given seed, but the same
+seed gives other draws on the other path.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+
+#: Sample statistics kept from nutpie's output.
+STATS = ("diverging", "energy", "n_steps", "tree_depth", "step_size", "lp")
+
+
+def worker_count(chains: int) -> int:
+    """How many worker processes to run ``chains`` chains in (1: run them as threads)."""
+    if chains < 2 or not sys.platform.startswith("linux") or not hasattr(os, "sched_getaffinity"):
+        return 1
+    if "jax" in sys.modules:
+        from jax._src import xla_bridge
+
+        if xla_bridge.backends_are_initialized():
+            return 1
+    return min(chains, len(os.sched_getaffinity(0)))
+
+
+def nutpie_draws(
+    model: Any,
+    *,
+    chains: int,
+    cores: int,
+    seed: int,
+    draws: int,
+    tune: int,
+    target_accept: float,
+    progressbar: bool,
+    adaptation: str,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Sample ``model`` with nutpie in this process; raw draws and statistics as arrays."""
+    import nutpie
+
+    # start every chain at the data-driven initial values: nutpie's default
+    # U(-1, 1) jitter of all unconstrained values (e.g. the ability scale)
+    # can leave a chain stuck far out in the tails for the whole run (the
+    # initial values are chosen so that no gradient entry is exactly 0,
+    # which nutpie's mass-matrix initialization needs)
+    compiled = nutpie.compile_pymc_model(
+        model, backend="jax", gradient_backend="jax", jitter_rvs=set()
+    )
+    with warnings.catch_warnings():
+        # float32 sampling: JAX notes that int64/float64 constants become 32-bit
+        warnings.filterwarnings("ignore", message="Explicitly requested dtype")
+        tree = nutpie.sample(
+            compiled,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=cores,
+            seed=seed,
+            target_accept=target_accept,
+            progress_bar=progressbar,
+            adaptation=adaptation,
+        )
+    post = tree["posterior"]
+    raw = {rv.name: np.asarray(post[rv.name].values) for rv in model.free_RVs}
+    stats_ds = tree["sample_stats"]
+    stats = {k: np.asarray(stats_ds[k].values) for k in STATS if k in stats_ds}
+    return raw, stats
+
+
+def _worker(conn: Any, model: Any, core: int, floatx: str, kwargs: dict[str, Any]) -> None:
+    try:
+        os.sched_setaffinity(0, {core})
+        import pytensor
+
+        with pytensor.config.change_flags(floatX=floatx):
+            raw, stats = nutpie_draws(model, cores=1, **kwargs)
+        conn.send(("ok", raw, stats))
+    except BaseException as err:  # reported by the parent; a worker must not die silently
+        conn.send(("error", f"{type(err).__name__}: {err}", None))
+    finally:
+        conn.close()
+
+
+def nutpie_in_workers(
+    model: Any,
+    *,
+    workers: int,
+    chains: int,
+    seed: int,
+    floatx: str,
+    progressbar: bool,
+    **kwargs: Any,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Run ``chains`` chains in ``workers`` forked processes, one core each; merge them.
+
+    ``model`` is the PyMC model (inherited by the forked workers). Worker ``k``
+    runs its share of the chains with its own seed, drawn from
+    ``numpy.random.SeedSequence(seed)``; the chains are concatenated in
+    worker order.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    shares = [len(s) for s in np.array_split(np.arange(chains), workers)]
+    seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(workers)]
+    ctx = multiprocessing.get_context("fork")
+    procs, conns = [], []
+    try:
+        for k in range(workers):
+            recv, send = ctx.Pipe(duplex=False)
+            args = dict(kwargs, chains=shares[k], seed=seeds[k], progressbar=progressbar and k == 0)
+            proc = ctx.Process(
+                target=_worker, args=(send, model, cores[k % len(cores)], floatx, args), daemon=True
+            )
+            with warnings.catch_warnings():
+                # Python 3.12 warns about forking a multi-threaded process (BLAS
+                # pools); the workers only build a model and start JAX afresh
+                warnings.simplefilter("ignore", DeprecationWarning)
+                proc.start()
+            send.close()
+            procs.append(proc)
+            conns.append(recv)
+        results = []
+        for k, conn in enumerate(conns):
+            try:
+                results.append(conn.recv())
+            except EOFError:
+                raise RuntimeError(
+                    f"NUTS worker process {k} died without a result "
+                    f"(exit code {procs[k].exitcode}; out of memory?)"
+                ) from None
+        for status, first, _ in results:
+            if status != "ok":
+                raise RuntimeError(f"NUTS worker process failed: {first}")
+    finally:
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+    raw = {n: np.concatenate([r[1][n] for r in results], axis=0) for n in results[0][1]}
+    stats = {n: np.concatenate([r[2][n] for r in results], axis=0) for n in results[0][2]}
+    return raw, stats
