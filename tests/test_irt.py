@@ -44,8 +44,51 @@ def test_config_rejects_unknown_key_and_bad_values():
         IRTConfig.from_dict({"model": "4pl"})
     with pytest.raises(ConfigurationError, match="n_options"):
         IRTConfig.from_dict({"n_options": 1})
+    with pytest.raises(ConfigurationError, match="discrimination_prior must be one of"):
+        IRTConfig.from_dict({"discrimination_prior": "gamma"})
+    with pytest.raises(ConfigurationError, match="disc_mean_mean"):
+        IRTConfig.from_dict({"disc_mean_mean": float("nan")})
     assert IRTConfig().hash() == IRTConfig.from_dict({}).hash()
     assert IRTConfig().hash() != IRTConfig.from_dict({"intercept_sd_scale": 2.0}).hash()
+
+
+def test_truncated_normal_discrimination_density_matches_scipy():
+    import pymc as pm
+    import pytensor
+    import pytensor.tensor as pt
+    from scipy import stats
+
+    from bayes_microbench.irt.pymc_model import _truncated_normal_discrimination
+
+    sub = np.array([0, 0, 1, 1, 1])
+    mu, sd = np.array([-3.0, 1.2]), np.array([1.5, 0.4])
+    lat = pt.dvector("lat")
+    with pm.Model() as model:
+        _truncated_normal_discrimination(pm, pt, lat, pt.as_tensor(mu), pt.as_tensor(sd), sub)
+    f = pytensor.function([lat], model.potentials[0])
+    a = np.array([0.01, 2.0, 0.3, 1.2, 3.5])
+    want = stats.truncnorm.logpdf(a, -mu[sub] / sd[sub], np.inf, mu[sub], sd[sub]) + np.log(a)
+    assert float(f(np.log(a))) == pytest.approx(want.sum(), rel=1e-8)
+
+
+@pytest.mark.parametrize("mu, sd", [(1.0, 0.5), (-3.0, 1.5), (-8.0, 1.0)])
+def test_truncated_normal_quantile_matches_scipy(mu, sd):
+    import pytensor
+    import pytensor.tensor as pt
+    from scipy import stats
+
+    from bayes_microbench.irt.pymc_model import _truncated_normal_quantile
+
+    z = np.linspace(-4, 4, 17)
+    want = stats.truncnorm.ppf(stats.norm.cdf(z), -mu / sd, np.inf, mu, sd)
+    # absolute error near the bound: mu + sd * y cancels (2e-8 at a ~ 3e-4 for mu = -3)
+    np.testing.assert_allclose(
+        _truncated_normal_quantile(np, z, mu, sd), want, rtol=1e-6, atol=1e-6
+    )
+    zs = pt.dvector("z")
+    f = pytensor.function([zs], _truncated_normal_quantile(pt, zs, mu, sd))
+    np.testing.assert_allclose(f(z), want, rtol=1e-6, atol=1e-6)
+    assert (f(z) > 0).all() and np.all(np.diff(f(z)) > 0)
 
 
 def test_import_does_not_load_pymc():

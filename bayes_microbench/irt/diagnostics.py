@@ -28,6 +28,8 @@ CHECKED = (
     "guessing",
     "intercept_mean",
     "intercept_sd",
+    "disc_mean",
+    "disc_sd",
     "log_disc_mean",
     "log_disc_sd",
     "loading_sd",

@@ -128,6 +128,7 @@ def build(
         [init["logit_item"][sub == k].mean() + 0.01 for k in range(n_s)], dtype=np.float64
     )
     two_pl = config.model in ("2pl", "3pl")
+    truncated = config.discrimination_prior == "truncated-normal"
     coords = {"llm": data.llms, "item": data.items, "subtask": data.subtasks}
 
     with pytensor.config.change_flags(floatX=dtype), pm.Model(coords=coords) as model:
@@ -156,18 +157,57 @@ def build(
                 v = u * (r0 / r)
                 s2 = pm.Gamma("s2", alpha=(n_l - 1) / 2, beta=(n_l - 1) / 2, initval=1.0)
                 log_s = 0.5 * pt.log(s2)
-                mu_lat = pm.Flat(
-                    "log_disc_mean_scaled", dims="subtask", initval=np.full(n_s, 0.01, dtype=dtype)
-                )
-                pm.Potential(
-                    "log_disc_mean_prior",
-                    pm.logp(pm.Normal.dist(0.0, config.log_disc_mean_sd), mu_lat - log_s).sum(),
-                )
-                sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
-                lat = pm.Normal(
-                    "log_disc_scaled", mu_lat[sub], sd_la[sub], dims="item", initval=0.01 + zl_small
-                )
-                a_lik = pt.exp(lat)
+                if truncated:
+                    # a_lik = discrimination * s ~ TruncatedNormal(mean * s, sd * s, lower=0),
+                    # with the hyperparameters sampled on that scale too, so that s meets
+                    # only their priors, and as (kappa = mean / sd^2, log sd): mean and
+                    # sd lie on a ridge when many items sit near 0 (GPQA: correlation
+                    # -0.90 between mean and log sd; -0.25 between kappa and log sd)
+                    kappa_l = pm.Flat(
+                        "disc_kappa_scaled", dims="subtask", initval=np.full(n_s, 0.8, dtype=dtype)
+                    )
+                    log_sd_l = pm.Flat(
+                        "log_disc_sd_scaled",
+                        dims="subtask",
+                        initval=np.full(n_s, 0.01, dtype=dtype),
+                    )
+                    sd_l = pt.exp(log_sd_l)
+                    mu_l = kappa_l * sd_l**2
+                    s_lik = pt.exp(log_s)
+                    pm.Potential(
+                        "disc_hyper_prior",
+                        (
+                            pm.logp(
+                                pm.Normal.dist(config.disc_mean_mean, config.disc_mean_sd),
+                                mu_l / s_lik,
+                            )
+                            + pm.logp(pm.HalfNormal.dist(config.disc_sd_scale), sd_l / s_lik)
+                            # Jacobian of (kappa_l, log sd_l) -> (mean, sd)
+                            + 3 * log_sd_l
+                            - 2 * log_s
+                        ).sum(),
+                    )
+                    lat = pm.Flat("log_disc_scaled", dims="item", initval=zl_small - 0.5)
+                    a_lik = _truncated_normal_discrimination(pm, pt, lat, mu_l, sd_l, sub)
+                else:
+                    mu_lat = pm.Flat(
+                        "log_disc_mean_scaled",
+                        dims="subtask",
+                        initval=np.full(n_s, 0.01, dtype=dtype),
+                    )
+                    pm.Potential(
+                        "log_disc_mean_prior",
+                        pm.logp(pm.Normal.dist(0.0, config.log_disc_mean_sd), mu_lat - log_s).sum(),
+                    )
+                    sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
+                    lat = pm.Normal(
+                        "log_disc_scaled",
+                        mu_lat[sub],
+                        sd_la[sub],
+                        dims="item",
+                        initval=0.01 + zl_small,
+                    )
+                    a_lik = pt.exp(lat)
                 a_true = a_lik / pt.exp(log_s)
                 centers = item_centers(data, init)
                 e_c = pm.Flat("e", dims="item", initval=(e_init + centers).astype(dtype))
@@ -199,7 +239,20 @@ def build(
             else:
                 theta = pm.Normal("theta", 0.0, 1.0, dims="llm", initval=init["z"].astype(dtype))
                 theta_lik = theta
-            if two_pl:
+            if two_pl and truncated:
+                mu_a = pm.Normal(
+                    "disc_mean", config.disc_mean_mean, config.disc_mean_sd, dims="subtask"
+                )
+                sd_a = pm.HalfNormal("disc_sd", config.disc_sd_scale, dims="subtask")
+                if parameterization == "non-centered":
+                    # the truncated normal's inverse CDF of a standard normal z
+                    z_a = pm.Normal("disc_z", 0.0, 1.0, dims="item", initval=zl_small)
+                    a_lik = _truncated_normal_quantile(pt, z_a, mu_a[sub], sd_a[sub])
+                else:
+                    # centered on the log scale with the truncated-normal density
+                    lat = pm.Flat("log_discrimination", dims="item", initval=zl_small - 0.5)
+                    a_lik = _truncated_normal_discrimination(pm, pt, lat, mu_a, sd_a, sub)
+            elif two_pl:
                 mu_la = pm.Normal("log_disc_mean", 0.0, config.log_disc_mean_sd, dims="subtask")
                 sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
                 if parameterization == "non-centered":
@@ -215,7 +268,10 @@ def build(
             if parameterization == "non-centered":
                 # intercept_mean + discrimination * m enters the likelihood; sample it
                 # shifted by the subtask's typical discrimination so m nearly drops out
-                a_ref: Any = pt.exp(mu_la) if a_lik is not None else 1.0
+                a_ref: Any = 1.0
+                if a_lik is not None:
+                    # the subtask's mean discrimination (any function of the items works)
+                    a_ref = pt.dot(cast(_subtask_average(sub, n_s)), a_lik)
                 mu_e = pm.Flat(
                     "intercept_mean_shifted", dims="subtask", initval=sub_init.astype(dtype)
                 )
@@ -257,14 +313,59 @@ def build(
     return model
 
 
+def _subtask_average(sub: np.ndarray, n_s: int) -> np.ndarray:
+    """(subtask, item) matrix whose product with an item vector is the subtask means."""
+    onehot = (sub[None, :] == np.arange(n_s)[:, None]).astype(np.float64)
+    return onehot / np.maximum(onehot.sum(axis=1, keepdims=True), 1.0)
+
+
+def _truncated_normal_discrimination(
+    pm: Any, pt: Any, lat: Any, mu: Any, sd: Any, sub: np.ndarray
+) -> Any:
+    """``exp(lat)``, with ``exp(lat) ~ TruncatedNormal(mu[s], sd[s], lower=0)`` added.
+
+    The density is written out (normal density over its mass above 0) because
+    PyMC's truncated-normal log density has a non-finite gradient in float32
+    when the upper bound is infinite; ``+ lat`` is the Jacobian of ``exp``.
+    """
+    from pymc.distributions.dist_math import normal_lcdf
+
+    a = pt.exp(lat)
+    density = pm.logp(pm.Normal.dist(mu[sub], sd[sub]), a) - normal_lcdf(0.0, 1.0, mu / sd)[sub]
+    pm.Potential("discrimination_prior", (density + lat).sum())
+    return a
+
+
+def _truncated_normal_quantile(xp: Any, z: Any, mu: Any, sd: Any) -> Any:
+    """``TruncatedNormal(mu, sd, lower=0)`` draw that a standard normal ``z`` maps to.
+
+    With ``alpha = mu / sd`` the draw is ``mu - sd * ndtri(Phi(-z) * Phi(alpha))``
+    (the upper-tail probability of the standardized draw is ``Phi(-z)``), written
+    with ``erfcinv`` and log-CDFs so that it stays finite for very negative
+    ``alpha``. ``xp``: ``pytensor.tensor``, or numpy for the saved-scale map.
+    """
+    if xp is np:
+        from scipy.special import erfcinv, log_ndtr
+
+        log_q = log_ndtr(-z) + log_ndtr(mu / sd)
+        return np.maximum(mu + sd * np.sqrt(2.0) * erfcinv(2.0 * np.exp(log_q)), 1e-12)
+    from pymc.distributions.dist_math import normal_lcdf
+
+    log_q = normal_lcdf(0.0, 1.0, -z) + normal_lcdf(0.0, 1.0, mu / sd)
+    return xp.maximum(mu + sd * np.sqrt(2.0) * xp.erfcinv(2.0 * xp.exp(log_q)), 1e-12)
+
+
 def _loglik(data: IRTData, theta: Any, a: Any, e: Any, guess: Any, cast: Any) -> Any:
     """Bernoulli-logit log likelihood of the observed cells (missing cells left out)."""
     import pytensor.tensor as pt
 
-    from ._likelihood import bernoulli_logit_loglik
+    from ._likelihood import bernoulli_logit_2pl_loglik, bernoulli_logit_loglik
 
     obs = data.observed
     y0 = np.where(obs, data.values, 0.0)
+    if data.dense and guess is None and a is not None:
+        weight = cast(np.asarray(1.0)) if data.complete else cast(obs)
+        return bernoulli_logit_2pl_loglik(theta, a, e, cast(y0), weight)
     if data.dense:
         slope = theta[:, None] * (a[None, :] if a is not None else 1.0)
         eta = slope + e[None, :]
@@ -296,9 +397,11 @@ def to_saved_scale(
 
     Returns ``name -> (dims, values)`` with ``ability``, ``difficulty``,
     ``discrimination``, ``intercept``, ``guessing`` (3PL) and the subtask-level
-    ``intercept_mean``, ``intercept_sd``, ``log_disc_mean``, ``log_disc_sd``.
+    ``intercept_mean``, ``intercept_sd`` and ``disc_mean``, ``disc_sd``
+    (``log_disc_mean``, ``log_disc_sd`` under the lognormal discrimination prior).
     """
     two_pl = config.model in ("2pl", "3pl")
+    truncated = two_pl and config.discrimination_prior == "truncated-normal"
     f64 = {k: np.asarray(v, dtype=np.float64) for k, v in raw.items()}
     lead = f64["intercept_sd"].shape[:-1]
     n_l, n_i = data.n_llms, data.n_items
@@ -314,9 +417,14 @@ def to_saved_scale(
             a_lik = np.exp(f64["log_disc_scaled"])
             a = a_lik / s
             intercept = f64["e"] - a_lik * item_centers(data) - a * m
-            log_disc_mean = f64["log_disc_mean_scaled"] - np.log(s)
-            out["log_disc_mean"] = (("subtask",), log_disc_mean)
-            out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
+            if truncated:
+                sd_l = np.exp(f64["log_disc_sd_scaled"])
+                out["disc_mean"] = (("subtask",), f64["disc_kappa_scaled"] * sd_l**2 / s)
+                out["disc_sd"] = (("subtask",), sd_l / s)
+            else:
+                log_disc_mean = f64["log_disc_mean_scaled"] - np.log(s)
+                out["log_disc_mean"] = (("subtask",), log_disc_mean)
+                out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
         else:
             ability = m + u
             a = np.ones((*lead, n_i))
@@ -327,11 +435,23 @@ def to_saved_scale(
         if parameterization == "non-centered":
             m = f64["m"][..., None]
             ability = m + f64["u"]
-            a_ref = np.exp(f64["log_disc_mean"]) if two_pl else np.ones_like(f64["intercept_sd"])
+            if two_pl and truncated:
+                a_ref = (
+                    _saved_truncated(f64, sub, parameterization)
+                    @ _subtask_average(sub, len(data.subtasks)).T
+                )
+            elif two_pl:
+                a_ref = np.exp(f64["log_disc_mean"])
+            else:
+                a_ref = np.ones_like(f64["intercept_sd"])
             f64["intercept_mean"] = f64["intercept_mean_shifted"] - a_ref * m
         else:
             ability = f64["theta"]
-        if two_pl and parameterization == "non-centered":
+        if two_pl and truncated:
+            a = _saved_truncated(f64, sub, parameterization)
+            out["disc_mean"] = (("subtask",), f64["disc_mean"])
+            out["disc_sd"] = (("subtask",), f64["disc_sd"])
+        elif two_pl and parameterization == "non-centered":
             a = np.exp(
                 f64["log_disc_mean"][..., sub] + f64["log_disc_sd"][..., sub] * f64["log_disc_z"]
             )
@@ -365,6 +485,14 @@ def to_saved_scale(
             g[..., learn] = f64["guessing_learned"]
         out["guessing"] = (("item",), g)
     return out
+
+
+def _saved_truncated(f64: dict[str, np.ndarray], sub: np.ndarray, parameterization: str) -> Any:
+    """Discriminations of a truncated-normal-prior fit in a centered-scale parameterization."""
+    if parameterization == "non-centered":
+        mu, sd = f64["disc_mean"][..., sub], f64["disc_sd"][..., sub]
+        return _truncated_normal_quantile(np, f64["disc_z"], mu, sd)
+    return np.exp(f64["log_discrimination"])
 
 
 def raw_names(model: Any) -> list[str]:
