@@ -267,7 +267,8 @@ def report(
         "discrimination prior, `adaptation='auto'` = nutpie's `draw_diag` here); `-tn` = "
         "`discrimination_prior='truncated-normal'`; `-diag` = nutpie's gradient-based `diag` "
         "mass matrix. Every variant runs its 2 chains in 2 forked worker processes pinned to "
-        "one core each and uses the fused 2PL likelihood Op.",
+        "one core each and uses the fused 2PL likelihood Op. Peak MiB = the largest single "
+        "process (each of the two workers holds about that much).",
         "",
         HEAD,
         "|---|---|---|---|---|---|---|---|---|---|",

@@ -256,6 +256,11 @@ def test_cli_fit_json(tmp_path, capsys):
     assert res["output"] == str(out) and out.exists()
     assert res["wall_seconds"] > 0 and "max_rhat" in res and "min_ess_bulk" in res
     assert main(["fit", "--responses", str(tmp_path / "r.csv"), "--output", "x.txt"]) == 2
+    bad_prior = ["fit", "--responses", str(tmp_path / "r.csv"), "--model", "1pl",
+                 "--discrimination-prior", "truncated-normal", "--output", str(tmp_path / "q.nc")]  # fmt: skip
+    assert main(bad_prior) == 2
+    assert "--discrimination-prior applies to --model 2pl and 3pl" in capsys.readouterr().err
+    assert not (tmp_path / "q.nc").exists()
 
 
 def test_pathfinder_recovers_abilities():

@@ -55,6 +55,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="NUTS back end (default nutpie)",
     )
     p.add_argument(
+        "--discrimination-prior",
+        choices=["lognormal", "truncated-normal"],
+        default="lognormal",
+        help="2PL/3PL: lognormal (default) or truncated-normal, which samples matrices with "
+        "many non-discriminating items (GPQA) faster; measured for NUTS on >= 100 llms",
+    )
+    p.add_argument(
         "--n-options",
         type=int,
         default=None,
@@ -93,6 +100,13 @@ def run(args: argparse.Namespace) -> int:
     config: dict[str, object] = {}
     if args.n_options is not None:
         config["n_options"] = args.n_options
+    if args.discrimination_prior != "lognormal":
+        if args.model not in ("2pl", "3pl"):
+            raise UserInputError(
+                f"--discrimination-prior applies to --model 2pl and 3pl (got --model "
+                f"{args.model}); drop it"
+            )
+        config["discrimination_prior"] = args.discrimination_prior
     if args.model == "2pl-md":
         dims = 2 if args.dims is None else args.dims
         if dims < 1:

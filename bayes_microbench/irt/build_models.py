@@ -44,6 +44,7 @@ class ArtifactSpec:
     thin: int = 5
     seed: int = 0
     n_options: int | None = None
+    config: tuple[tuple[str, Any], ...] = ()  # IRTConfig entries beyond the defaults
     description: str = ""
 
 
@@ -52,6 +53,9 @@ ARTIFACTS: dict[str, ArtifactSpec] = {
         name="gpqa-2pl",
         data="open-llm-leaderboard-v2/gpqa.csv",
         model="2pl",
+        # samples GPQA's many near-zero discriminations far better than the
+        # lognormal default (benchmarks/bench_irt_sampling.py)
+        config=(("discrimination_prior", "truncated-normal"),),
         description=(
             "GPQA (main, 448 items, 4-option multiple choice) from the Open LLM "
             "Leaderboard v2: 420 llms, complete matrix, one subtask"
@@ -72,7 +76,7 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
     if not path.exists():
         raise ResponsesError(f"{path}: not present; the artifacts are built from ../shared/data")
     resp = load_responses(path)
-    config = {"n_options": spec.n_options} if spec.n_options else None
+    config = dict(spec.config) | ({"n_options": spec.n_options} if spec.n_options else {})
     cpu0 = time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("always", ConvergenceWarning)
@@ -109,6 +113,8 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
         "package_version": __version__,
         "python": platform.python_version(),
         "notes": fit.data.notes,
+        "subtask_parameters": [str(k) for k in post.data_vars if post[k].dims[2:] == ("subtask",)],
+        "discrimination_prior": fit.config.discrimination_prior,
         "discrimination_median": float(post["discrimination"].median()),
         "ability_sd_posterior_mean": float(post["ability"].mean(("chain", "draw")).std()),
     }
@@ -139,19 +145,20 @@ parameters rest on the priors, finite but wide):
 ## Model
 Hierarchical {c["model"].upper()} (`IRTConfig`, hash `{c["config_hash"]}`):
 `logit P(correct) = discrimination * (ability - difficulty)`, ability ~ Normal(0, 1)
-(the llm population, fixed location and scale), log-discrimination and intercept
-partially pooled by subtask. Configuration: `{json.dumps(c["config"])}`.
+(the llm population, fixed location and scale), discrimination ({c["discrimination_prior"]}
+prior) and intercept partially pooled by subtask. Configuration: `{json.dumps(c["config"])}`.
 
 The file holds **item and subtask parameters only** (`difficulty`,
-`discrimination`, `intercept` per item; `intercept_mean`, `intercept_sd`,
-`log_disc_mean`, `log_disc_sd` per subtask), {c["saved_draws"]} draws
+`discrimination`, `intercept` per item; {", ".join(f"`{k}`" for k in c["subtask_parameters"])}
+per subtask), {c["saved_draws"]} draws
 (every {c["thin"]}th of {s.get("chains")} x {s.get("draws")}), float32,
 {c["file_bytes"] / 1e6:.2f} MB. New llms are scored against these draws with
 ability ~ Normal(0, 1) as the prior.
 
 ## Sampler
-NUTS via {s.get("backend")} (JAX-compiled log density), decoupled
-slope-intercept parameterization (see `bayes_microbench/irt/pymc_model.py`),
+NUTS via {s.get("backend")} (JAX-compiled log density, fused 2PL likelihood, one
+worker process per chain), decoupled slope-intercept parameterization and nutpie's
+`draw_diag` mass matrix (see `bayes_microbench/irt/pymc_model.py`),
 {s.get("chains")} chains x ({s.get("tune")} tune + {s.get("draws")} draws), target accept
 {s.get("target_accept")}, float32 likelihood, seed {s.get("random_seed")}.
 

@@ -5,7 +5,8 @@ Layout of a saved file
 Groups ``posterior`` (``ability`` (chain, draw, llm) unless items-only,
 ``difficulty``, ``discrimination``, ``intercept`` (chain, draw, item),
 ``guessing`` for 3PL, subtask-level ``intercept_mean``, ``intercept_sd``,
-``log_disc_mean``, ``log_disc_sd`` (chain, draw, subtask); coords ``llm``,
+``log_disc_mean``, ``log_disc_sd`` (``disc_mean``, ``disc_sd`` under the truncated-normal
+discrimination prior) (chain, draw, subtask); coords ``llm``,
 ``item``, ``subtask`` and ``item_subtask`` (item -> subtask label)),
 ``sample_stats`` (NUTS), ``observed_data`` (``correct``, unless items-only).
 

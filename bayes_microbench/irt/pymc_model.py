@@ -36,6 +36,16 @@ scale, so ``m`` and ``s`` meet only a few subtask-level parameters.
 For the 1PL (discrimination 1) the scale is identified by the data and only
 the location is decoupled.
 
+Discrimination priors (``IRTConfig.discrimination_prior``): the default
+lognormal samples ``log_disc_scaled = log(discrimination * s)``. The opt-in
+truncated normal samples the same ``log(discrimination * s)`` with the
+``TruncatedNormal(mean * s, sd * s, lower=0)`` density (plus the Jacobian) and
+its subtask hyperparameters as ``kappa * s^-1 = mean / sd^2`` and ``log(sd * s)``:
+on GPQA, where half of the items sit near 0, ``mean`` and ``log sd`` are
+correlated -0.90 in the posterior, ``kappa`` and ``log sd`` -0.25. Under
+``"non-centered"`` it maps a standard normal through the truncated normal's
+inverse CDF.
+
 Other parameterizations: ``"non-centered"`` (item log-discriminations and
 intercepts as subtask mean + sd * standard normal): the centered hierarchical
 density has no mode (it grows without bound as a subtask sd shrinks to 0), so
