@@ -317,6 +317,17 @@ def report(
                 *(_row(r) for r in run["rows"]),
                 "",
             ]
+            if pyirt.get("wall_s") and not pyirt.get("error"):
+                lines += [
+                    "Wall ratio to py-irt (same run): "
+                    + ", ".join(
+                        f"{r['variant']} {r['wall_s'] / pyirt['wall_s']:.2f}"
+                        for r in run["rows"]
+                        if not r.get("error")
+                    )
+                    + ".",
+                    "",
+                ]
     write_section(
         "bench_irt_sampling",
         "IRT sampling on GPQA: parameterizations, back ends, py-irt",

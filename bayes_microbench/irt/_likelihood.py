@@ -97,14 +97,20 @@ def _jax_bernoulli_logit_loglik(op: BernoulliLogitLogLik, **kwargs: Any) -> Any:
     return loglik
 
 
+@numba_njit
+def _numba_loglik_sum(eta: Any, y: Any, w: Any) -> Any:
+    """``sum(w * (y * eta - softplus(eta)))`` from one ``exp(-|eta|)`` (both Numba kernels)."""
+    softplus = np.maximum(eta, 0.0) + np.log1p(np.exp(-np.abs(eta)))
+    return np.sum(w * (y * eta - softplus))
+
+
 @register_funcify_default_op_cache_key(BernoulliLogitLogLik)
 def _numba_bernoulli_logit_loglik(op: BernoulliLogitLogLik, node: Apply, **kwargs: Any) -> Any:
     out_dtype = np.dtype(node.outputs[0].type.dtype)
 
     @numba_njit
     def loglik(eta: Any, y: Any, w: Any) -> Any:
-        softplus = np.maximum(eta, 0.0) + np.log1p(np.exp(-np.abs(eta)))
-        return np.asarray(np.sum(w * (y * eta - softplus))).astype(out_dtype)
+        return np.asarray(_numba_loglik_sum(eta, y, w)).astype(out_dtype)
 
     return loglik
 
@@ -206,7 +212,6 @@ def _numba_bernoulli_logit_2pl(op: BernoulliLogit2PLLogLik, node: Apply, **kwarg
     @numba_njit
     def loglik(theta: Any, a: Any, e: Any, y: Any, w: Any) -> Any:
         eta = np.outer(theta, a) + e.reshape((1, -1))
-        softplus = np.maximum(eta, 0.0) + np.log1p(np.exp(-np.abs(eta)))
-        return np.asarray(np.sum(w * (y * eta - softplus))).astype(out_dtype)
+        return np.asarray(_numba_loglik_sum(eta, y, w)).astype(out_dtype)
 
     return loglik
