@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -115,20 +116,27 @@ def _child(cmd: list[str], timeout: float) -> tuple[dict | None, float, float, f
     """Run ``cmd``; return (last JSON line, wall s, CPU s, its own peak MiB, error tail)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
+    # its own session, so that a timeout kills the whole tree (the wrapper, the
+    # variant and its NUTS worker processes), not just the wrapper
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PEAK_WRAPPER, *cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _PEAK_WRAPPER, *cmd],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=ROOT,
-        )
-        out, err, ok = proc.stdout, proc.stderr, proc.returncode == 0
+        out, err = proc.communicate(timeout=timeout)
+        ok = proc.returncode == 0
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         out, err, ok = "", f"timed out after {timeout:.0f} s", False
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    # a killed tree's CPU time is not accounted (its processes were never waited for)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime) if ok else None
     peak = None
     result = None
     for line in reversed(out.strip().splitlines()):
@@ -232,7 +240,7 @@ def _f(x: object, fmt: str) -> str:
 def _row(r: dict) -> str:
     if r.get("error"):
         return (
-            f"| {r['variant']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | - | - | - | - | - | "
+            f"| {r['variant']} | {r['wall_s']:.0f} | {_f(r.get('cpu_s'), '.0f')} | - | - | - | - | - | "
             f"failed: {r['error']} | {r['load']:.1f} |"
         )
     return (

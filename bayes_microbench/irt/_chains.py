@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import warnings
 from typing import Any
@@ -89,7 +90,22 @@ def nutpie_draws(
     return raw, stats
 
 
-def _worker(conn: Any, model: Any, core: int, floatx: str, kwargs: dict[str, Any]) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to kill this worker when the process that forked it dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not glibc: the pipe's EOF still ends the parent's wait
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _worker(
+    conn: Any, model: Any, core: int, floatx: str, kwargs: dict[str, Any], parent: int
+) -> None:
+    _die_with_parent(parent)
     try:
         os.sched_setaffinity(0, {core})
         import pytensor
@@ -130,7 +146,9 @@ def nutpie_in_workers(
             recv, send = ctx.Pipe(duplex=False)
             args = dict(kwargs, chains=shares[k], seed=seeds[k], progressbar=progressbar and k == 0)
             proc = ctx.Process(
-                target=_worker, args=(send, model, cores[k % len(cores)], floatx, args), daemon=True
+                target=_worker,
+                args=(send, model, cores[k % len(cores)], floatx, args, os.getpid()),
+                daemon=True,
             )
             with warnings.catch_warnings():
                 # Python 3.12 warns about forking a multi-threaded process (BLAS
