@@ -323,3 +323,43 @@ def test_coverage_of_90_intervals(method):
     else:
         # the fast paths are reported, not required to be calibrated; they must run
         assert 0.0 < res["ability"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    "model, prior, parameterization",
+    [
+        (m, prior, p)
+        for m, prior in (("2pl", "lognormal"), ("2pl", "truncated-normal"), ("1pl", "lognormal"))
+        for p in ("decoupled", "non-centered", "slope-intercept", "textbook")
+    ],
+)
+def test_saved_scale_reproduces_the_sampled_likelihood(model, prior, parameterization):
+    # at a random point of any parameterization, the saved ability, discrimination and
+    # intercept must give the log likelihood the model itself evaluates
+    from bayes_microbench.irt.pymc_model import to_saved_scale
+
+    resp = simulate_responses(
+        "gpqa", n_llms=12, n_items=15, model="2pl", n_subtasks=2, random_seed=0
+    )
+    fit = IRTModel(resp, model, config={"discrimination_prior": prior})
+    pm_model = fit.build_model(parameterization=parameterization, float32=False)
+    rng = np.random.default_rng(1)
+    point = {k: v + 0.3 * rng.normal(size=np.shape(v)) for k, v in pm_model.initial_point().items()}
+    outs = pm_model.unobserved_value_vars
+    loglik = next(p for p in pm_model.potentials if p.name == "loglik")
+    f = pm_model.compile_fn(
+        pm_model.replace_rvs_by_values([*outs, loglik]),
+        inputs=pm_model.value_vars,
+        on_unused_input="ignore",
+    )
+    *values, model_ll = f(point)
+    raw = {o.name: np.asarray(v)[None, None] for o, v in zip(outs, values, strict=True)}
+    saved = to_saved_scale(raw, fit.data, fit.config, parameterization)
+    theta, a, c = (saved[k][1][0, 0] for k in ("ability", "discrimination", "intercept"))
+    eta = theta[:, None] * a[None, :] + c[None, :]
+    y = fit.data.values
+    want = np.nansum(np.where(np.isnan(y), 0.0, y * eta - np.logaddexp(0.0, eta)))
+    assert float(model_ll) == pytest.approx(want, rel=1e-8)
+    np.testing.assert_allclose(
+        saved["difficulty"][1], -saved["intercept"][1] / saved["discrimination"][1]
+    )

@@ -278,10 +278,13 @@ def build(
             if parameterization == "non-centered":
                 # intercept_mean + discrimination * m enters the likelihood; sample it
                 # shifted by the subtask's typical discrimination so m nearly drops out
+                # (to_saved_scale must use the same a_ref)
                 a_ref: Any = 1.0
-                if a_lik is not None:
+                if a_lik is not None and truncated:
                     # the subtask's mean discrimination (any function of the items works)
                     a_ref = pt.dot(cast(_subtask_average(sub, n_s)), a_lik)
+                elif a_lik is not None:
+                    a_ref = pt.exp(mu_la)
                 mu_e = pm.Flat(
                     "intercept_mean_shifted", dims="subtask", initval=sub_init.astype(dtype)
                 )
