@@ -64,7 +64,7 @@ def test_truncated_normal_discrimination_density_matches_scipy():
     mu, sd = np.array([-3.0, 1.2]), np.array([1.5, 0.4])
     lat = pt.dvector("lat")
     with pm.Model() as model:
-        _truncated_normal_discrimination(pm, pt, lat, pt.as_tensor(mu), pt.as_tensor(sd), sub)
+        _truncated_normal_discrimination(lat, pt.as_tensor(mu), pt.as_tensor(sd), sub)
     f = pytensor.function([lat], model.potentials[0])
     a = np.array([0.01, 2.0, 0.3, 1.2, 3.5])
     want = stats.truncnorm.logpdf(a, -mu[sub] / sd[sub], np.inf, mu[sub], sd[sub]) + np.log(a)

@@ -69,24 +69,26 @@ class BernoulliLogitLogLik(Op):
 bernoulli_logit_loglik = BernoulliLogitLogLik()
 
 
+def _jax_terms(eta: Any, y: Any, w: Any) -> tuple[Any, Any]:
+    """The sum and its per-cell gradient ``w * (y - sigmoid(eta))``, from one ``exp(-|eta|)``."""
+    import jax.numpy as jnp
+
+    t = jnp.exp(-jnp.abs(eta))
+    value = jnp.sum(w * (y * eta - jnp.maximum(eta, 0) - jnp.log1p(t)))
+    return value, w * (y - jnp.where(eta >= 0, 1.0, t) / (1.0 + t))
+
+
 @jax_funcify.register(BernoulliLogitLogLik)
 def _jax_bernoulli_logit_loglik(op: BernoulliLogitLogLik, **kwargs: Any) -> Any:
     import jax
     import jax.numpy as jnp
 
-    def terms(eta: Any, y: Any, w: Any) -> tuple[Any, Any]:
-        t = jnp.exp(-jnp.abs(eta))
-        softplus = jnp.maximum(eta, 0) + jnp.log1p(t)
-        value = jnp.sum(w * (y * eta - softplus))
-        sigmoid = jnp.where(eta >= 0, 1.0, t) / (1.0 + t)
-        return value, w * (y - sigmoid)
-
     @jax.custom_vjp
     def loglik(eta: Any, y: Any, w: Any) -> Any:
-        return terms(eta, y, w)[0]
+        return _jax_terms(eta, y, w)[0]
 
     def forward(eta: Any, y: Any, w: Any) -> tuple[Any, tuple[Any, Any, Any]]:
-        value, grad = terms(eta, y, w)
+        value, grad = _jax_terms(eta, y, w)
         return value, (grad, y, w)
 
     def backward(res: tuple[Any, Any, Any], g: Any) -> tuple[Any, Any, Any]:
@@ -174,11 +176,7 @@ def _jax_bernoulli_logit_2pl(op: BernoulliLogit2PLLogLik, **kwargs: Any) -> Any:
     def terms(theta: Any, a: Any, e: Any, y: Any, w: Any) -> tuple[Any, Any]:
         # one dtype throughout (JAX's x64 mode may hand over mixed precisions)
         a, e, y, w = (jnp.asarray(x, dtype=theta.dtype) for x in (a, e, y, w))
-        eta = theta[:, None] * a[None, :] + e[None, :]
-        t = jnp.exp(-jnp.abs(eta))
-        value = jnp.sum(w * (y * eta - jnp.maximum(eta, 0) - jnp.log1p(t)))
-        r = w * (y - jnp.where(eta >= 0, 1.0, t) / (1.0 + t))
-        return value, r
+        return _jax_terms(theta[:, None] * a[None, :] + e[None, :], y, w)
 
     @jax.custom_vjp
     def loglik(theta: Any, a: Any, e: Any, y: Any, w: Any) -> Any:

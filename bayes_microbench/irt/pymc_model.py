@@ -167,6 +167,7 @@ def build(
                 v = u * (r0 / r)
                 s2 = pm.Gamma("s2", alpha=(n_l - 1) / 2, beta=(n_l - 1) / 2, initval=1.0)
                 log_s = 0.5 * pt.log(s2)
+                s = pt.exp(log_s)
                 if truncated:
                     # a_lik = discrimination * s ~ TruncatedNormal(mean * s, sd * s, lower=0),
                     # with the hyperparameters sampled on that scale too, so that s meets
@@ -183,22 +184,21 @@ def build(
                     )
                     sd_l = pt.exp(log_sd_l)
                     mu_l = kappa_l * sd_l**2
-                    s_lik = pt.exp(log_s)
                     pm.Potential(
                         "disc_hyper_prior",
                         (
                             pm.logp(
                                 pm.Normal.dist(config.disc_mean_mean, config.disc_mean_sd),
-                                mu_l / s_lik,
+                                mu_l / s,
                             )
-                            + pm.logp(pm.HalfNormal.dist(config.disc_sd_scale), sd_l / s_lik)
+                            + pm.logp(pm.HalfNormal.dist(config.disc_sd_scale), sd_l / s)
                             # Jacobian of (kappa_l, log sd_l) -> (mean, sd)
                             + 3 * log_sd_l
                             - 2 * log_s
                         ).sum(),
                     )
                     lat = pm.Flat("log_disc_scaled", dims="item", initval=zl_small - 0.5)
-                    a_lik = _truncated_normal_discrimination(pm, pt, lat, mu_l, sd_l, sub)
+                    a_lik = _truncated_normal_discrimination(lat, mu_l, sd_l, sub)
                 else:
                     mu_lat = pm.Flat(
                         "log_disc_mean_scaled",
@@ -218,7 +218,7 @@ def build(
                         initval=0.01 + zl_small,
                     )
                     a_lik = pt.exp(lat)
-                a_true = a_lik / pt.exp(log_s)
+                a_true = a_lik / s
                 centers = item_centers(data, init)
                 e_c = pm.Flat("e", dims="item", initval=(e_init + centers).astype(dtype))
                 e = e_c - a_lik * cast(centers)
@@ -261,7 +261,7 @@ def build(
                 else:
                     # centered on the log scale with the truncated-normal density
                     lat = pm.Flat("log_discrimination", dims="item", initval=zl_small - 0.5)
-                    a_lik = _truncated_normal_discrimination(pm, pt, lat, mu_a, sd_a, sub)
+                    a_lik = _truncated_normal_discrimination(lat, mu_a, sd_a, sub)
             elif two_pl:
                 mu_la = pm.Normal("log_disc_mean", 0.0, config.log_disc_mean_sd, dims="subtask")
                 sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
@@ -332,15 +332,15 @@ def _subtask_average(sub: np.ndarray, n_s: int) -> np.ndarray:
     return onehot / np.maximum(onehot.sum(axis=1, keepdims=True), 1.0)
 
 
-def _truncated_normal_discrimination(
-    pm: Any, pt: Any, lat: Any, mu: Any, sd: Any, sub: np.ndarray
-) -> Any:
+def _truncated_normal_discrimination(lat: Any, mu: Any, sd: Any, sub: np.ndarray) -> Any:
     """``exp(lat)``, with ``exp(lat) ~ TruncatedNormal(mu[s], sd[s], lower=0)`` added.
 
     The density is written out (normal density over its mass above 0) because
     PyMC's truncated-normal log density has a non-finite gradient in float32
     when the upper bound is infinite; ``+ lat`` is the Jacobian of ``exp``.
     """
+    import pymc as pm
+    import pytensor.tensor as pt
     from pymc.distributions.dist_math import normal_lcdf
 
     a = pt.exp(lat)
@@ -360,12 +360,17 @@ def _truncated_normal_quantile(xp: Any, z: Any, mu: Any, sd: Any) -> Any:
     if xp is np:
         from scipy.special import erfcinv, log_ndtr
 
-        log_q = log_ndtr(-z) + log_ndtr(mu / sd)
-        return np.maximum(mu + sd * np.sqrt(2.0) * erfcinv(2.0 * np.exp(log_q)), 1e-12)
-    from pymc.distributions.dist_math import normal_lcdf
+        maximum = np.maximum
+    else:
+        from pymc.distributions.dist_math import normal_lcdf
 
-    log_q = normal_lcdf(0.0, 1.0, -z) + normal_lcdf(0.0, 1.0, mu / sd)
-    return xp.maximum(mu + sd * np.sqrt(2.0) * xp.erfcinv(2.0 * xp.exp(log_q)), 1e-12)
+        erfcinv, maximum = xp.erfcinv, xp.maximum
+
+        def log_ndtr(x: Any) -> Any:
+            return normal_lcdf(0.0, 1.0, x)
+
+    log_q = log_ndtr(-z) + log_ndtr(mu / sd)
+    return maximum(mu + sd * np.sqrt(2.0) * erfcinv(2.0 * xp.exp(log_q)), 1e-12)
 
 
 def _loglik(data: IRTData, theta: Any, a: Any, e: Any, guess: Any, cast: Any) -> Any:
@@ -445,14 +450,31 @@ def to_saved_scale(
             f64["intercept_mean"] = f64["intercept_mean_shifted"] - m
     else:
         sub = data.subtask_codes
+        if truncated and parameterization == "non-centered":
+            mu, sd = f64["disc_mean"][..., sub], f64["disc_sd"][..., sub]
+            a = _truncated_normal_quantile(np, f64["disc_z"], mu, sd)
+        elif truncated:
+            a = np.exp(f64["log_discrimination"])
+        elif two_pl and parameterization == "non-centered":
+            a = np.exp(
+                f64["log_disc_mean"][..., sub] + f64["log_disc_sd"][..., sub] * f64["log_disc_z"]
+            )
+        elif two_pl:
+            a = np.exp(f64["log_discrimination"])
+        else:
+            a = np.ones((*lead, n_i))
+        if truncated:
+            out["disc_mean"] = (("subtask",), f64["disc_mean"])
+            out["disc_sd"] = (("subtask",), f64["disc_sd"])
+        elif two_pl:
+            out["log_disc_mean"] = (("subtask",), f64["log_disc_mean"])
+            out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
         if parameterization == "non-centered":
             m = f64["m"][..., None]
             ability = m + f64["u"]
-            if two_pl and truncated:
-                a_ref = (
-                    _saved_truncated(f64, sub, parameterization)
-                    @ _subtask_average(sub, len(data.subtasks)).T
-                )
+            # the same a_ref as the model's intercept-mean shift (see build)
+            if truncated:
+                a_ref = a @ _subtask_average(sub, len(data.subtasks)).T
             elif two_pl:
                 a_ref = np.exp(f64["log_disc_mean"])
             else:
@@ -460,22 +482,6 @@ def to_saved_scale(
             f64["intercept_mean"] = f64["intercept_mean_shifted"] - a_ref * m
         else:
             ability = f64["theta"]
-        if two_pl and truncated:
-            a = _saved_truncated(f64, sub, parameterization)
-            out["disc_mean"] = (("subtask",), f64["disc_mean"])
-            out["disc_sd"] = (("subtask",), f64["disc_sd"])
-        elif two_pl and parameterization == "non-centered":
-            a = np.exp(
-                f64["log_disc_mean"][..., sub] + f64["log_disc_sd"][..., sub] * f64["log_disc_z"]
-            )
-            out["log_disc_mean"] = (("subtask",), f64["log_disc_mean"])
-            out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
-        elif two_pl:
-            a = np.exp(f64["log_discrimination"])
-            out["log_disc_mean"] = (("subtask",), f64["log_disc_mean"])
-            out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
-        else:
-            a = np.ones((*lead, n_i))
         if parameterization == "non-centered":
             intercept = (
                 f64["intercept_mean"][..., sub] + f64["intercept_sd"][..., sub] * f64["intercept_z"]
@@ -498,14 +504,6 @@ def to_saved_scale(
             g[..., learn] = f64["guessing_learned"]
         out["guessing"] = (("item",), g)
     return out
-
-
-def _saved_truncated(f64: dict[str, np.ndarray], sub: np.ndarray, parameterization: str) -> Any:
-    """Discriminations of a truncated-normal-prior fit in a centered-scale parameterization."""
-    if parameterization == "non-centered":
-        mu, sd = f64["disc_mean"][..., sub], f64["disc_sd"][..., sub]
-        return _truncated_normal_quantile(np, f64["disc_z"], mu, sd)
-    return np.exp(f64["log_discrimination"])
 
 
 def raw_names(model: Any) -> list[str]:
