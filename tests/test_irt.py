@@ -91,6 +91,56 @@ def test_truncated_normal_quantile_matches_scipy(mu, sd):
     assert (f(z) > 0).all() and np.all(np.diff(f(z)) > 0)
 
 
+def _ar1_chains(rng, phi, chains, draws):
+    """(len(phi), chains, draws) AR(1) chains: autocorrelation phi per parameter."""
+    x = np.zeros((len(phi), chains, draws))
+    noise = rng.normal(size=x.shape)
+    for t in range(1, draws):
+        x[:, :, t] = phi[:, None] * x[:, :, t - 1] + noise[:, :, t]
+    return x
+
+
+@pytest.mark.parametrize(("chains", "draws"), [(2, 1000), (4, 333), (2, 9)])
+def test_rank_diagnostics_equal_arviz(chains, draws):
+    import arviz_stats  # noqa: F401  (registers .azstats)
+    import xarray as xr
+
+    from bayes_microbench.irt.diagnostics import rank_diagnostics
+
+    rng = np.random.default_rng(chains * draws)
+    # antithetic to strongly autocorrelated chains, a chain shifted off the others,
+    # a ties-heavy discrete parameter and a constant one
+    x = _ar1_chains(rng, np.linspace(-0.6, 0.97, 30), chains, draws)
+    x[0, 0] += 1.0
+    x[1] = rng.integers(0, 3, size=x[1].shape)
+    x[2] = 1.5
+    ds = xr.Dataset({"v": (("p", "chain", "draw"), x)})
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = {
+            "rhat": ds.azstats.rhat()["v"].values,
+            "ess_bulk": ds.azstats.ess(method="bulk")["v"].values,
+            "ess_tail": ds.azstats.ess(method="tail")["v"].values,
+        }
+    got = rank_diagnostics(x)
+    for key, ref in want.items():
+        np.testing.assert_allclose(got[key], ref, rtol=1e-10, equal_nan=True, err_msg=key)
+    if draws > 100:
+        assert got["rhat"][0] > 1.05  # the shifted chain is flagged
+        assert got["ess_bulk"][-1] < got["ess_bulk"][5]  # phi 0.97 mixes worst of the AR(1)s
+
+
+def test_rank_diagnostics_need_draws_and_finite_values():
+    from bayes_microbench.irt.diagnostics import rank_diagnostics
+
+    x = _ar1_chains(np.random.default_rng(0), np.full(3, 0.5), 2, 200)
+    x[1, 0, 7] = np.nan
+    out = rank_diagnostics(x)
+    assert np.isnan(out["rhat"][1]) and np.isnan(out["ess_bulk"][1])
+    assert np.isfinite(out["rhat"][[0, 2]]).all()
+    assert np.isnan(rank_diagnostics(x[:, :, :3])["ess_bulk"]).all()
+    assert np.isnan(rank_diagnostics(x[:, :1])["rhat"]).all()  # one chain: no R-hat
+
+
 def test_import_does_not_load_pymc():
     code = "import sys, bayes_microbench.irt; print('pymc' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

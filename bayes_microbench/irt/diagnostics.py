@@ -91,22 +91,144 @@ def _worst(ds: Any, reducer: str) -> tuple[float, str]:
     return best_val, best_name
 
 
+# ---------------------------------------------------------------- rank diagnostics
+#
+# Rank-normalized split R-hat and bulk / tail ESS (Vehtari, Gelman, Simpson,
+# Carpenter and Buerkner 2021) for many parameters at once. The definitions are
+# ArviZ's (``azstats.rhat()``, ``azstats.ess(method="bulk" | "tail")``, tested
+# equal to them), computed on a (parameter, chain, draw) array in a few numpy
+# passes instead of one Python call per parameter: on a GPQA 2PL fit (1768
+# parameters x 2 x 1000 draws) the per-parameter loop took ~8 s.
+
+
+def _split_chains(x: np.ndarray) -> np.ndarray:
+    """(p, chain, draw) -> (p, 2 chain, draw // 2): first halves, then last halves."""
+    half = x.shape[2] // 2
+    return np.concatenate([x[:, :, :half], x[:, :, x.shape[2] - half :]], axis=1)
+
+
+def _z_scale(x: np.ndarray) -> np.ndarray:
+    """Normal scores of each parameter's average ranks over all its draws (Blom's offset)."""
+    from scipy import special, stats
+
+    flat = x.reshape(x.shape[0], -1)
+    ranks = stats.rankdata(flat, method="average", axis=1)
+    return special.ndtri((ranks - 0.375) / (flat.shape[1] + 0.25)).reshape(x.shape)
+
+
+def _rhat(x: np.ndarray) -> np.ndarray:
+    """Potential scale reduction of each parameter of a (p, chain, draw) array."""
+    n = x.shape[2]
+    between = n * np.var(x.mean(axis=2), axis=1, ddof=1)
+    within = np.mean(np.var(x, axis=2, ddof=1), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sqrt((between / within + n - 1) / n)
+
+
+def _ess(x: np.ndarray) -> np.ndarray:
+    """Effective sample size of each parameter of a (p, chain, draw) array.
+
+    Autocorrelations pooled over chains, truncated by Geyer's initial positive
+    sequence and made monotone (initial monotone sequence), as in ArviZ.
+    """
+    from scipy.fft import irfft, next_fast_len, rfft
+
+    x = np.asarray(x, dtype=np.float64)
+    p, m, n = x.shape
+    size = m * n
+    centred = x - x.mean(axis=2, keepdims=True)
+    nfft = next_fast_len(2 * n)
+    spec = rfft(centred, n=nfft, axis=2)
+    acov = irfft(spec * np.conjugate(spec), n=nfft, axis=2)[:, :, :n] / n
+    mean_var = acov[:, :, 0].mean(axis=1) * n / (n - 1.0)
+    var_plus = mean_var * (n - 1.0) / n
+    if m > 1:
+        var_plus = var_plus + np.var(x.mean(axis=2), axis=1, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = 1.0 - (mean_var[:, None] - acov.mean(axis=1)) / var_plus[:, None]
+    rho[:, 0] = 1.0
+    # pair sums P_k = rho[2k] + rho[2k + 1], k = 0..kmax; the sequence stops at the
+    # first P_k <= 0 (k_stop), or at kmax
+    kmax = (n - 3) // 2
+    ess = np.full(p, np.nan)
+    if kmax < 0:
+        k_stop = np.zeros(p, dtype=np.int64)
+        pairs = np.ones((p, 1))
+    else:
+        pairs = rho[:, 0 : 2 * kmax + 1 : 2] + rho[:, 1 : 2 * kmax + 2 : 2]
+        nonpos = pairs <= 0
+        k_stop = np.where(nonpos.any(axis=1), np.argmax(nonpos, axis=1), kmax)
+    rows = np.arange(p)
+    monotone = np.minimum.accumulate(pairs, axis=1)
+    before = np.arange(pairs.shape[1])[None, :] < k_stop[:, None]
+    body = np.where(before, monotone, 0.0).sum(axis=1)
+    last = rho[rows, 2 * k_stop]
+    kept = (pairs[rows, np.minimum(k_stop, pairs.shape[1] - 1)] >= 0) | (last > 0)
+    last = np.where(k_stop == 0, 1.0, np.where(kept, last, 0.0))
+    tau = np.maximum(-1.0 + 2.0 * body + last, 1.0 / np.log10(size))
+    ok = np.isfinite(rho).all(axis=1)
+    ess[ok] = size / tau[ok]
+    constant = (x.max(axis=(1, 2)) - x.min(axis=(1, 2))) < np.finfo(np.float64).resolution
+    ess[constant] = size
+    return ess
+
+
+def rank_diagnostics(
+    values: np.ndarray, *, tail_prob: float | None = None
+) -> dict[str, np.ndarray]:
+    """Rank-normalized split R-hat, bulk ESS and tail ESS of (p, chain, draw) draws.
+
+    ``tail_prob``: the tail ESS is the smaller ESS of the indicators
+    ``draw <= quantile(q)`` for ``q = 1 - tail_prob`` and ``tail_prob`` (ArviZ's
+    ``stats.ci_prob`` when ``None``). A parameter with a non-finite draw gets NaN
+    everywhere; R-hat needs 2 chains (NaN otherwise), everything needs 4 draws.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    p, chains, draws = x.shape
+    nan = np.full(p, np.nan)
+    out = {"rhat": nan.copy(), "ess_bulk": nan.copy(), "ess_tail": nan.copy()}
+    finite = np.isfinite(x).all(axis=(1, 2))
+    if draws < 4 or not finite.any():
+        return out
+    if tail_prob is None:
+        from arviz_base import rcParams
+
+        tail_prob = float(rcParams["stats.ci_prob"])
+    xf = x[finite]
+    split = _split_chains(xf)
+    if chains >= 2:
+        folded = np.abs(split - np.median(split.reshape(len(xf), -1), axis=1)[:, None, None])
+        out["rhat"][finite] = np.maximum(_rhat(_z_scale(split)), _rhat(_z_scale(folded)))
+    out["ess_bulk"][finite] = _ess(_z_scale(split))
+    flat = xf.reshape(len(xf), -1)
+    tails = [
+        _ess(_split_chains((xf <= np.quantile(flat, q, axis=1)[:, None, None]).astype(np.float64)))
+        for q in sorted((tail_prob, 1.0 - tail_prob))
+    ]
+    out["ess_tail"][finite] = np.minimum(*tails)
+    return out
+
+
 def summarize(posterior: Any, sample_stats: Any | None) -> ConvergenceSummary:
     """Compute the :class:`ConvergenceSummary` of a posterior ``xarray.Dataset``."""
-    import arviz_stats  # noqa: F401  (registers the .azstats accessor)
+    import xarray as xr
 
     names = [v for v in CHECKED if v in posterior.data_vars]
     ds = posterior[names]
     # constant parameters (fixed guessing, 1PL discrimination) have no R-hat
     varying = [v for v in names if float(ds[v].std(("chain", "draw")).max()) > 0]
     ds = ds[varying]
+    found: dict[str, dict[str, Any]] = {"rhat": {}, "ess_bulk": {}, "ess_tail": {}}
+    for name in varying:
+        da = ds[name].transpose("chain", "draw", ...)
+        template = da.isel(chain=0, draw=0, drop=True)
+        values = np.asarray(da.values, dtype=np.float64).reshape((*da.shape[:2], -1))
+        for key, per_param in rank_diagnostics(np.moveaxis(values, 2, 0)).items():
+            found[key][name] = template.copy(data=per_param.reshape(template.shape))
+    rhat, ess_bulk, ess_tail = (xr.Dataset(found[k]) for k in ("rhat", "ess_bulk", "ess_tail"))
     # elements fixed by construction (the 2pl-md anchors' zero loadings) are constant:
     # their R-hat / ESS are undefined and left out; any other non-finite value counts
     # as a failure (R-hat inf, ESS 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rhat = ds.azstats.rhat()
-        ess_bulk = ds.azstats.ess(method="bulk")
-        ess_tail = ds.azstats.ess(method="tail")
     constant = ds.std(("chain", "draw")) == 0
     rhat = rhat.where(constant | np.isfinite(rhat), np.inf)
     ess_bulk = ess_bulk.where(constant | np.isfinite(ess_bulk), 0.0)
