@@ -379,7 +379,12 @@ def test_coverage_of_90_intervals(method):
     "model, prior, parameterization",
     [
         (m, prior, p)
-        for m, prior in (("2pl", "lognormal"), ("2pl", "truncated-normal"), ("1pl", "lognormal"))
+        for m, prior in (
+            ("2pl", "lognormal"),
+            ("2pl", "truncated-normal"),
+            ("1pl", "lognormal"),
+            ("3pl", "truncated-normal"),
+        )
         for p in ("decoupled", "non-centered", "slope-intercept", "textbook")
     ],
 )
@@ -408,7 +413,13 @@ def test_saved_scale_reproduces_the_sampled_likelihood(model, prior, parameteriz
     theta, a, c = (saved[k][1][0, 0] for k in ("ability", "discrimination", "intercept"))
     eta = theta[:, None] * a[None, :] + c[None, :]
     y = fit.data.values
-    want = np.nansum(np.where(np.isnan(y), 0.0, y * eta - np.logaddexp(0.0, eta)))
+    if model == "3pl":  # guessing learned (the simulated responses give no n_options)
+        g = saved["guessing"][1][0, 0][None, :]
+        p = g + (1 - g) / (1 + np.exp(-eta))
+        cell = y * np.log(p) + (1 - y) * np.log1p(-p)
+    else:
+        cell = y * eta - np.logaddexp(0.0, eta)
+    want = np.nansum(np.where(np.isnan(y), 0.0, cell))
     assert float(model_ll) == pytest.approx(want, rel=1e-8)
     np.testing.assert_allclose(
         saved["difficulty"][1], -saved["intercept"][1] / saved["discrimination"][1]

@@ -109,3 +109,99 @@ def test_fused_2pl_jax_autodiff_uses_the_custom_gradient_in_float32():
     assert float(value) == pytest.approx(ref_value, rel=1e-5)
     for got, want in zip(grads, ref_grads, strict=True):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
+def _reference_3pl_value(theta, a, e, c, y, w):
+    eta = np.outer(theta, a) + e[None, :]
+    log_p = np.logaddexp(np.log(c)[None, :], np.log1p(-c)[None, :] - np.logaddexp(0.0, -eta))
+    log_q = np.log1p(-c)[None, :] - np.logaddexp(0.0, eta)
+    return float(np.sum(w * (y * log_p + (1 - y) * log_q)))
+
+
+def _finite_differences(f, args, h=1e-6):
+    """Central differences of scalar ``f`` with respect to each array in ``args``."""
+    grads = []
+    for k, x in enumerate(args):
+        g = np.zeros_like(x)
+        for i in range(x.size):
+            up = [a.copy() for a in args]
+            down = [a.copy() for a in args]
+            up[k].flat[i] += h
+            down[k].flat[i] -= h
+            g.flat[i] = (f(*up) - f(*down)) / (2 * h)
+        grads.append(g)
+    return grads
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("mode", ["NUMBA", "FAST_COMPILE", "JAX"])
+def test_fused_3pl_value_and_gradients_match_reference(masked, mode):
+    from bayes_microbench.irt._likelihood import bernoulli_3pl_loglik
+
+    rng = np.random.default_rng(4)
+    y = (rng.random((6, 9)) < 0.5).astype(float)
+    w = (rng.random((6, 9)) < 0.7).astype(float) if masked else np.asarray(1.0)
+    names = ("theta", "a", "e", "c")
+    theta, a, e, c = (pt.tensor(n, shape=(None,), dtype="float64") for n in names)
+    out = bernoulli_3pl_loglik(theta, a, e, c, y, w)
+    f = pytensor.function([theta, a, e, c], [out, *pt.grad(out, [theta, a, e, c])], mode=mode)
+    args = [
+        rng.normal(size=6) * 2,
+        np.exp(rng.normal(size=9)),
+        rng.normal(size=9) * 2,
+        rng.uniform(0.05, 0.5, size=9),
+    ]
+    args[0][0] = -40.0  # far below every item: P(correct) is the floor
+    value, *grads = f(*args)
+    ref = _reference_3pl_value(*args, y, w)
+    assert value == pytest.approx(ref, rel=1e-12)
+    ref_grads = _finite_differences(lambda *x: _reference_3pl_value(*x, y, w), args)
+    for got, want, name in zip(grads, ref_grads, names, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_fused_3pl_zero_floor_is_the_2pl():
+    from bayes_microbench.irt._likelihood import bernoulli_3pl_loglik, bernoulli_logit_2pl_loglik
+
+    rng = np.random.default_rng(5)
+    y = (rng.random((4, 5)) < 0.5).astype(float)
+    theta, a, e = (pt.tensor(n, shape=(None,), dtype="float64") for n in ("theta", "a", "e"))
+    zero = np.zeros(5)
+    out3 = bernoulli_3pl_loglik(theta, a, e, zero, y, 1.0)
+    out2 = bernoulli_logit_2pl_loglik(theta, a, e, y, 1.0)
+    f = pytensor.function(
+        [theta, a, e], [out3, out2, *pt.grad(out3, [theta, a, e]), *pt.grad(out2, [theta, a, e])]
+    )
+    # logits down to -900: P underflows to 0 and log P must stay the 2PL's
+    args = (np.array([-300.0, -1.0, 0.5, 2.0]), np.full(5, 3.0), rng.normal(size=5))
+    v3, v2, *grads = f(*args)
+    assert np.isfinite(v3) and v3 == pytest.approx(v2, rel=1e-12)
+    for g3, g2 in zip(grads[:3], grads[3:], strict=True):
+        np.testing.assert_allclose(g3, g2, rtol=1e-10, atol=1e-12)
+
+
+def test_fused_3pl_jax_autodiff_uses_the_custom_gradient_in_float32():
+    jax = pytest.importorskip("jax")
+    from pymc.sampling.jax import get_jaxified_graph
+
+    from bayes_microbench.irt._likelihood import bernoulli_3pl_loglik
+
+    rng = np.random.default_rng(6)
+    y = (rng.random((5, 8)) < 0.5).astype(np.float32)
+    w = (rng.random((5, 8)) < 0.8).astype(np.float32)
+    names = ("theta", "a", "e", "c")
+    inputs = [pt.tensor(n, shape=(None,), dtype="float32") for n in names]
+    fn = get_jaxified_graph(inputs=inputs, outputs=[bernoulli_3pl_loglik(*inputs, y, w)])
+    args = [
+        (rng.normal(size=5) * 2).astype(np.float32),
+        np.exp(rng.normal(size=8)).astype(np.float32),
+        rng.normal(size=8).astype(np.float32),
+        rng.uniform(0.1, 0.4, size=8).astype(np.float32),
+    ]
+    value, grads = jax.value_and_grad(lambda *x: fn(*x)[0], argnums=(0, 1, 2, 3))(*args)
+    as64 = [x.astype(float) for x in args]
+    ref_grads = _finite_differences(lambda *x: _reference_3pl_value(*x, y, w), as64)
+    assert np.asarray(value).dtype == np.float32
+    assert float(value) == pytest.approx(_reference_3pl_value(*as64, y, w), rel=1e-5)
+    for got, want, name in zip(grads, ref_grads, names, strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4, err_msg=name)

@@ -118,54 +118,93 @@ def _numba_bernoulli_logit_loglik(op: BernoulliLogitLogLik, node: Apply, **kwarg
 
 
 class BernoulliLogit2PLLogLik(Op):
-    """``sum(w * (y * eta - softplus(eta)))`` with ``eta = outer(theta, a) + e``, fused.
+    """The dense 2PL (or fixed-floor 3PL) log likelihood of an llm x item matrix, fused.
 
-    The dense 2PL likelihood of an llm x item matrix in one Op, so that its JAX
-    kernel computes the value and the three gradients in one pass over the
-    cells: ``r = w * (y - sigmoid(eta))`` and then ``r @ a``, ``theta @ r`` and
-    the column sums of ``r`` (matrix-vector products), instead of the
-    reductions that autodiff of the broadcast outer product produces. Inputs:
-    ``theta`` (llm), ``a`` (item), ``e`` (item), ``y`` and ``w`` (llm x item,
+    ``eta = outer(theta, a) + e``; without guessing the sum is
+    ``sum(w * (y * eta - softplus(eta)))``; with ``guessing=True`` an item
+    vector ``c`` enters as ``P(correct) = c + (1 - c) * sigmoid(eta)``.
+
+    One Op so that its JAX kernel computes the value and the gradients in one
+    pass over the cells: the per-cell derivative ``r = d loglik / d eta`` and
+    then ``r @ a``, ``theta @ r`` and the column sums of ``r`` (and of
+    ``d loglik / d c``), instead of the reductions that autodiff of the
+    broadcast outer product produces. Inputs: ``theta`` (llm), ``a`` (item),
+    ``e`` (item), with guessing ``c`` (item), then ``y`` and ``w`` (llm x item,
     or a scalar ``w``); no gradient flows to ``y`` and ``w``.
     """
 
-    __props__ = ()
+    __props__ = ("guessing",)
+
+    def __init__(self, guessing: bool = False) -> None:
+        self.guessing = bool(guessing)
 
     def make_node(self, *inputs: Any) -> Apply:
-        theta_in, a_in, e_in, y_in, w_in = inputs
-        theta = pt.as_tensor_variable(theta_in)
-        a = pt.as_tensor_variable(a_in).astype(theta.dtype)
-        e = pt.as_tensor_variable(e_in).astype(theta.dtype)
-        y = pt.as_tensor_variable(y_in).astype(theta.dtype)
-        w = pt.as_tensor_variable(w_in).astype(theta.dtype)
-        return Apply(self, [theta, a, e, y, w], [pt.scalar(dtype=theta.dtype)])
+        theta = pt.as_tensor_variable(inputs[0])
+        rest = [pt.as_tensor_variable(x).astype(theta.dtype) for x in inputs[1:]]
+        return Apply(self, [theta, *rest], [pt.scalar(dtype=theta.dtype)])
+
+    def _split(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        """(theta, a, e, c or None, y, w) from the node's inputs."""
+        if self.guessing:
+            return tuple(inputs)
+        theta, a, e, y, w = inputs
+        return theta, a, e, None, y, w
 
     def perform(self, node: Apply, inputs: Sequence[Any], outputs: Any) -> None:
-        theta, a, e, y, w = inputs
+        theta, a, e, c, y, w = self._split(inputs)
         eta = np.outer(theta, a) + e[None, :]
-        value = np.sum(w * (y * eta - np.logaddexp(0.0, eta)))
+        if c is None:
+            value = np.sum(w * (y * eta - np.logaddexp(0.0, eta)))
+        else:
+            value = _guessing_terms(np, eta, c, y, w)[0]
         outputs[0][0] = np.asarray(value, dtype=node.outputs[0].type.dtype)
 
     def connection_pattern(self, node: Apply) -> list[list[bool]]:
-        return [[True], [True], [True], [False], [False]]
+        return [[True]] * (4 if self.guessing else 3) + [[False], [False]]
 
     def pullback(self, inputs: Any, outputs: Any, cotangents: Any) -> list[Any]:
-        theta, a, e, y, w = inputs
+        theta, a, e, c, y, w = self._split(inputs)
         (g,) = cotangents
-        r = g * w * (y - pt.sigmoid(theta[:, None] * a[None, :] + e[None, :]))
-        return [
-            pt.dot(r, a),
-            pt.dot(theta, r),
-            r.sum(axis=0),
-            disconnected_type(),
-            disconnected_type(),
-        ]
+        eta = theta[:, None] * a[None, :] + e[None, :]
+        grads = [disconnected_type(), disconnected_type()]
+        if c is None:
+            r = g * w * (y - pt.sigmoid(eta))
+        else:
+            _, r, r_c = _guessing_terms(pt, eta, c, y, w)
+            r = g * r
+            grads.insert(0, (g * r_c).sum(axis=0))
+        return [pt.dot(r, a), pt.dot(theta, r), r.sum(axis=0), *grads]
 
     def infer_shape(self, node: Apply, input_shapes: Any) -> list[tuple[()]]:
         return [()]
 
 
 bernoulli_logit_2pl_loglik = BernoulliLogit2PLLogLik()
+bernoulli_3pl_loglik = BernoulliLogit2PLLogLik(guessing=True)
+
+
+def _guessing_terms(xp: Any, eta: Any, c: Any, y: Any, w: Any) -> tuple[Any, Any, Any]:
+    """3PL cells with floor ``c`` (item): the sum and ``d/d eta``, ``d/d c`` per cell.
+
+    ``P = c + (1 - c) * sigmoid(eta)``; ``log(1 - P) = log1p(-c) - softplus(eta)``.
+    From one ``t = exp(-|eta|)``. ``xp``: numpy, ``jax.numpy`` or
+    ``pytensor.tensor``. Where ``P`` underflows (only for ``c = 0``) ``log P``
+    is ``log sigmoid(eta)`` and the ratios take their limits.
+    """
+    t = xp.exp(-xp.abs(eta))
+    sig = xp.where(eta >= 0, 1.0, t) / (1.0 + t)
+    one_minus_sig = xp.where(eta >= 0, t, 1.0) / (1.0 + t)
+    softplus = xp.maximum(eta, 0.0) + xp.log1p(t)
+    p = c + (1.0 - c) * sig
+    ok = p > 0
+    safe_p = xp.where(ok, p, 1.0)
+    log_p = xp.where(ok, xp.log(safe_p), eta - softplus)
+    log_q = xp.log1p(-c) - softplus
+    value = xp.sum(w * (y * log_p + (1.0 - y) * log_q))
+    share = xp.where(ok, (1.0 - c) * sig / safe_p, 1.0)  # (1 - c) sigmoid / P
+    r = w * (y * share * one_minus_sig - (1.0 - y) * sig)
+    r_c = w * (y * xp.where(ok, one_minus_sig / safe_p, 0.0) - (1.0 - y) / (1.0 - c))
+    return value, r, r_c
 
 
 @jax_funcify.register(BernoulliLogit2PLLogLik)
@@ -173,39 +212,66 @@ def _jax_bernoulli_logit_2pl(op: BernoulliLogit2PLLogLik, **kwargs: Any) -> Any:
     import jax
     import jax.numpy as jnp
 
-    def terms(theta: Any, a: Any, e: Any, y: Any, w: Any) -> tuple[Any, Any]:
+    n_params = 4 if op.guessing else 3
+
+    def terms(*inputs: Any) -> tuple[Any, list[Any]]:
         # one dtype throughout (JAX's x64 mode may hand over mixed precisions)
-        a, e, y, w = (jnp.asarray(x, dtype=theta.dtype) for x in (a, e, y, w))
-        return _jax_terms(theta[:, None] * a[None, :] + e[None, :], y, w)
+        theta = inputs[0]
+        _, a, e, c, y, w = op._split([theta, *(jnp.asarray(x, theta.dtype) for x in inputs[1:])])
+        eta = theta[:, None] * a[None, :] + e[None, :]
+        extra = []
+        if c is None:
+            value, r = _jax_terms(eta, y, w)
+        else:
+            value, r, r_c = _guessing_terms(jnp, eta, c, y, w)
+            extra = [r_c.sum(axis=0)]
+        raw = [r @ a, theta @ r, r.sum(axis=0), *extra]
+        # cotangents in each primal input's own dtype
+        return value, [jnp.asarray(gr, x.dtype) for gr, x in zip(raw, inputs, strict=False)]
 
     @jax.custom_vjp
-    def loglik(theta: Any, a: Any, e: Any, y: Any, w: Any) -> Any:
-        return terms(theta, a, e, y, w)[0]
+    def loglik(*inputs: Any) -> Any:
+        return terms(*inputs)[0]
 
-    def forward(theta: Any, a: Any, e: Any, y: Any, w: Any) -> tuple[Any, tuple[Any, ...]]:
-        value, r = terms(theta, a, e, y, w)
-        # cotangents in each primal input's own dtype
-        raw = (r @ jnp.asarray(a, dtype=r.dtype), theta @ r, r.sum(axis=0))
-        grads = [jnp.asarray(gr, dtype=x.dtype) for gr, x in zip(raw, (theta, a, e), strict=True)]
-        return value, (*grads, y, w)
+    def forward(*inputs: Any) -> tuple[Any, tuple[Any, ...]]:
+        value, grads = terms(*inputs)
+        return value, (*grads, *inputs[n_params:])
 
     def backward(res: tuple[Any, ...], g: Any) -> tuple[Any, ...]:
-        g_theta, g_a, g_e, y, w = res
+        grads, data = res[:n_params], res[n_params:]
         return (
-            (g * g_theta).astype(g_theta.dtype),
-            (g * g_a).astype(g_a.dtype),
-            (g * g_e).astype(g_e.dtype),
-            jnp.zeros_like(y),
-            jnp.zeros_like(w),
+            *((g * gr).astype(gr.dtype) for gr in grads),
+            *(jnp.zeros_like(x) for x in data),
         )
 
     loglik.defvjp(forward, backward)
     return loglik
 
 
+@numba_njit
+def _numba_guessing_sum(eta: Any, c: Any, y: Any, w: Any) -> Any:
+    """The sum of :func:`_guessing_terms`, for Numba (which cannot take ``xp``)."""
+    t = np.exp(-np.abs(eta))
+    sig = np.where(eta >= 0, 1.0, t) / (1.0 + t)
+    softplus = np.maximum(eta, 0.0) + np.log1p(t)
+    p = c + (1.0 - c) * sig
+    log_p = np.where(p > 0, np.log(np.where(p > 0, p, 1.0)), eta - softplus)
+    return np.sum(w * (y * log_p + (1.0 - y) * (np.log1p(-c) - softplus)))
+
+
 @register_funcify_default_op_cache_key(BernoulliLogit2PLLogLik)
 def _numba_bernoulli_logit_2pl(op: BernoulliLogit2PLLogLik, node: Apply, **kwargs: Any) -> Any:
     out_dtype = np.dtype(node.outputs[0].type.dtype)
+
+    if op.guessing:
+
+        @numba_njit
+        def loglik_guessing(theta: Any, a: Any, e: Any, c: Any, y: Any, w: Any) -> Any:
+            eta = np.outer(theta, a) + e.reshape((1, -1))
+            value = _numba_guessing_sum(eta, c.reshape((1, -1)), y, w)
+            return np.asarray(value).astype(out_dtype)
+
+        return loglik_guessing
 
     @numba_njit
     def loglik(theta: Any, a: Any, e: Any, y: Any, w: Any) -> Any:

@@ -377,25 +377,21 @@ def _loglik(data: IRTData, theta: Any, a: Any, e: Any, guess: Any, cast: Any) ->
     """Bernoulli-logit log likelihood of the observed cells (missing cells left out)."""
     import pytensor.tensor as pt
 
-    from ._likelihood import bernoulli_logit_2pl_loglik, bernoulli_logit_loglik
+    from ._likelihood import (
+        bernoulli_3pl_loglik,
+        bernoulli_logit_2pl_loglik,
+        bernoulli_logit_loglik,
+    )
 
     obs = data.observed
     y0 = np.where(obs, data.values, 0.0)
-    if data.dense and guess is None and a is not None:
-        weight = cast(np.asarray(1.0)) if data.complete else cast(obs)
-        return bernoulli_logit_2pl_loglik(theta, a, e, cast(y0), weight)
     if data.dense:
-        slope = theta[:, None] * (a[None, :] if a is not None else 1.0)
-        eta = slope + e[None, :]
+        weight = cast(np.asarray(1.0)) if data.complete else cast(obs)
+        if a is None:  # 1PL
+            return bernoulli_logit_loglik(theta[:, None] + e[None, :], cast(y0), weight)
         if guess is None:
-            weight = cast(np.asarray(1.0)) if data.complete else cast(obs)
-            return bernoulli_logit_loglik(eta, cast(y0), weight)
-        log_c = pt.log(pt.maximum(guess, 1e-12))[None, :]
-        log_1mc = pt.log1p(-guess)[None, :]
-        log_p = pt.logaddexp(log_c, log_1mc - pt.softplus(-eta))
-        log_q = log_1mc - pt.softplus(eta)
-        cell = cast(y0) * log_p + cast(obs & (data.values == 0)) * log_q
-        return cell.sum()
+            return bernoulli_logit_2pl_loglik(theta, a, e, cast(y0), weight)
+        return bernoulli_3pl_loglik(theta, a, e, guess, cast(y0), weight)
     rows, cols = np.nonzero(obs)
     y = data.values[rows, cols]
     eta_k = theta[rows] * (a[cols] if a is not None else 1.0) + e[cols]
