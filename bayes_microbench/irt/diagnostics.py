@@ -196,10 +196,11 @@ def rank_diagnostics(
         tail_prob = float(rcParams["stats.ci_prob"])
     xf = x[finite]
     split = _split_chains(xf)
+    z_split = _z_scale(split)
     if chains >= 2:
         folded = np.abs(split - np.median(split.reshape(len(xf), -1), axis=1)[:, None, None])
-        out["rhat"][finite] = np.maximum(_rhat(_z_scale(split)), _rhat(_z_scale(folded)))
-    out["ess_bulk"][finite] = _ess(_z_scale(split))
+        out["rhat"][finite] = np.maximum(_rhat(z_split), _rhat(_z_scale(folded)))
+    out["ess_bulk"][finite] = _ess(z_split)
     flat = xf.reshape(len(xf), -1)
     tails = [
         _ess(_split_chains((xf <= np.quantile(flat, q, axis=1)[:, None, None]).astype(np.float64)))
