@@ -179,6 +179,26 @@ def test_3pl_guessing_fixed_from_n_options_and_learned_when_unknown():
     assert np.allclose(IRTModel(no_k, "3pl", config={"n_options": 5}).data.guessing_fixed, 0.2)
 
 
+def test_unconverged_hint_names_the_prior_only_where_it_helps():
+    from bayes_microbench.commands.fit import unconverged_hint
+    from bayes_microbench.irt.config import SamplerConfig
+
+    big = simulate_responses("gpqa", n_llms=120, n_items=10, model="2pl", random_seed=0)
+    small = simulate_responses("gpqa", n_llms=20, n_items=10, model="2pl", random_seed=0)
+
+    def hint(resp, model="2pl", prior="lognormal", method="nuts"):
+        fit = IRTModel(resp, model, config={"discrimination_prior": prior})
+        fit.sampler = SamplerConfig(method=method)
+        return unconverged_hint(fit)
+
+    assert "--discrimination-prior truncated-normal" in hint(big)
+    assert "--discrimination-prior truncated-normal" in hint(big, model="3pl")
+    assert hint(big, prior="truncated-normal") == ""
+    assert hint(small) == ""  # not measured below 100 llms
+    assert hint(big, method="advi") == ""
+    assert hint(big, model="1pl") == ""
+
+
 # ------------------------------------------------------- one tiny NUTS fit
 @pytest.fixture(scope="module")
 def tiny():
