@@ -58,14 +58,21 @@ def commit() -> str:
         return "unknown"
 
 
-def write_section(name: str, title: str, body: str) -> Path:
-    """Replace (or append) the section ``name`` of the report with ``body``."""
+def write_section(name: str, title: str, body: str, *, run: tuple[str, str] | None = None) -> Path:
+    """Replace (or append) the section ``name`` of the report with ``body``.
+
+    ``run``: (date, commit) of a saved run the section is rewritten from; the
+    header then names that run, and says when and at which commit it was rewritten.
+    """
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    block = (
-        f"<!-- BEGIN {name} -->\n## {title}\n\n"
-        f"_Run {stamp} on {machine()}, commit {commit()}, by `benchmarks/{name}.py`._\n\n"
-        f"{body.strip()}\n<!-- END {name} -->"
-    )
+    if run is None:
+        head = f"_Run {stamp} on {machine()}, commit {commit()}, by `benchmarks/{name}.py`._"
+    else:
+        head = (
+            f"_Run {run[0]} on {machine()}, commit {run[1]}, by `benchmarks/{name}.py`; "
+            f"section rewritten from the saved runs {stamp}, commit {commit()}._"
+        )
+    block = f"<!-- BEGIN {name} -->\n## {title}\n\n{head}\n\n{body.strip()}\n<!-- END {name} -->"
     lock_path = REPORT.with_suffix(".lock")
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

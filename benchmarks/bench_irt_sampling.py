@@ -183,7 +183,14 @@ def main() -> int:
         runs = json.loads(RESULTS.read_text())["runs"]
         last = runs[-1]
         args.tune, args.draws, args.seed = last["tune"], last["draws"], last["seed"]
-        report(last["rows"], last.get("pyirt"), args, runs[:-1], last.get("pyirt_reps", []))
+        report(
+            last["rows"],
+            last.get("pyirt"),
+            args,
+            runs[:-1],
+            last.get("pyirt_reps", []),
+            saved_run=(last["date"], last["commit"]),
+        )
         return 0
     if args.one:
         print(json.dumps(one(args.one, args.tune, args.draws, args.seed), default=float))
@@ -316,6 +323,7 @@ def report(
     args: argparse.Namespace,
     earlier: list[dict],
     refs: list[dict] | None = None,
+    saved_run: tuple[str, str] | None = None,
 ) -> None:
     sys.path.insert(0, str(HERE))
     from _report import write_section
@@ -402,6 +410,7 @@ def report(
         "bench_irt_sampling",
         "IRT sampling on GPQA: parameterizations, back ends, py-irt",
         "\n".join(lines),
+        run=saved_run,
     )
 
 
