@@ -179,24 +179,26 @@ def test_3pl_guessing_fixed_from_n_options_and_learned_when_unknown():
     assert np.allclose(IRTModel(no_k, "3pl", config={"n_options": 5}).data.guessing_fixed, 0.2)
 
 
-def test_unconverged_hint_names_the_prior_only_where_it_helps():
-    from bayes_microbench.commands.fit import unconverged_hint
+def test_truncated_normal_is_suggested_only_where_it_was_measured_to_help():
     from bayes_microbench.irt.config import SamplerConfig
+    from bayes_microbench.irt.diagnostics import ConvergenceSummary, warn_if_unconverged
 
     big = simulate_responses("gpqa", n_llms=120, n_items=10, model="2pl", random_seed=0)
     small = simulate_responses("gpqa", n_llms=20, n_items=10, model="2pl", random_seed=0)
 
-    def hint(resp, model="2pl", prior="lognormal", method="nuts"):
+    def helps(resp, model="2pl", prior="lognormal", method="nuts"):
         fit = IRTModel(resp, model, config={"discrimination_prior": prior})
         fit.sampler = SamplerConfig(method=method)
-        return unconverged_hint(fit)
+        return fit.truncated_normal_may_help
 
-    assert "--discrimination-prior truncated-normal" in hint(big)
-    assert "--discrimination-prior truncated-normal" in hint(big, model="3pl")
-    assert hint(big, prior="truncated-normal") == ""
-    assert hint(small) == ""  # not measured below 100 llms
-    assert hint(big, method="advi") == ""
-    assert hint(big, model="1pl") == ""
+    assert helps(big) and helps(big, model="3pl")
+    assert not helps(big, prior="truncated-normal")
+    assert not helps(small)  # it diverged below 100 llms
+    assert not helps(big, method="advi")
+    assert not helps(big, model="1pl")
+    failed = ConvergenceSummary(1.05, 50, 50, 0, 1.0, 7, "a", "b", 100, 2, ["R-hat 1.05"])
+    with pytest.warns(ConvergenceWarning, match=r"inspect the named parameters; try this"):
+        warn_if_unconverged(failed, hint="try this")
 
 
 # ------------------------------------------------------- one tiny NUTS fit

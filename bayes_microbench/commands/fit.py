@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from typing import Any
 
 from ._common import add_output_flags, add_responses, add_seed, print_json
 
@@ -174,26 +173,14 @@ def run(args: argparse.Namespace) -> int:
         )
         print(
             f"bayes-microbench: {'warning' if written else 'error'}: the fit did not converge "
-            f"({diag.reason() if diag else ''}); posterior {action}" + unconverged_hint(model),
+            f"({diag.reason() if diag else ''}); posterior {action}"
+            + (
+                "; where many items do not discriminate (GPQA) --discrimination-prior "
+                "truncated-normal samples faster and converges more often"
+                if model.truncated_normal_may_help
+                else ""
+            ),
             file=sys.stderr,
         )
         return 0 if written else EXIT_UNCONVERGED
     return 0
-
-
-def unconverged_hint(model: Any) -> str:
-    """A suffix for the non-convergence line: the prior to try, where it is known to help."""
-    from ..irt.pymc_model import CENTERED_MIN_LLMS
-
-    if (
-        model.config.model in ("2pl", "3pl")
-        and model.config.discrimination_prior == "lognormal"
-        and model.sampler is not None
-        and model.sampler.method == "nuts"
-        and model.data.n_llms >= CENTERED_MIN_LLMS
-    ):
-        return (
-            "; where many items do not discriminate (GPQA) --discrimination-prior "
-            "truncated-normal samples faster and converges more often"
-        )
-    return ""

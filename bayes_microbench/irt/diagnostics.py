@@ -280,8 +280,13 @@ def summarize(posterior: Any, sample_stats: Any | None) -> ConvergenceSummary:
     )
 
 
-def warn_if_unconverged(summary: ConvergenceSummary, *, stacklevel: int = 3) -> None:
-    """Log the diagnostics and raise a :class:`ConvergenceWarning` when a threshold fails."""
+def warn_if_unconverged(
+    summary: ConvergenceSummary, *, hint: str = "", stacklevel: int = 3
+) -> None:
+    """Log the diagnostics and raise a :class:`ConvergenceWarning` when a threshold fails.
+
+    ``hint``: a remedy known for this model and data, appended to the warning.
+    """
     logger.info(
         "diagnostics: max R-hat %.4f, min bulk ESS %.0f, min tail ESS %.0f, %d divergences, "
         "min BFMI %.2f, mean tree size %.1f",
@@ -295,7 +300,7 @@ def warn_if_unconverged(summary: ConvergenceSummary, *, stacklevel: int = 3) -> 
     if not summary.ok:
         warnings.warn(
             f"the fit did not converge: {summary.reason()}; run longer (more tune/draws) or "
-            "inspect the named parameters",
+            "inspect the named parameters" + (f"; {hint}" if hint else ""),
             ConvergenceWarning,
             stacklevel=stacklevel,
         )
