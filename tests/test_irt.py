@@ -357,7 +357,12 @@ def test_loo_prefers_the_true_2pl_over_1pl():
         "gpqa", n_llms=150, n_items=120, model="2pl", difficulty_mean=0.0,
         discrimination_logsd=0.6, random_seed=21,
     )  # fmt: skip
-    fits = {m: IRTModel(resp, m).fit(draws=400, tune=400, random_seed=1) for m in ("1pl", "2pl")}
+    with warnings.catch_warnings():
+        # 400 draws: R-hat may miss 1.01 (seen: 1.027); the comparison is what is tested
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fits = {
+            m: IRTModel(resp, m).fit(draws=400, tune=400, random_seed=1) for m in ("1pl", "2pl")
+        }
     table = compare_models(fits)
     assert table.index[0] == "2pl"
 
@@ -379,7 +384,11 @@ def test_recovery_300_x_500():
         "gpqa", n_llms=300, n_items=500, model="2pl", difficulty_mean=0.0, random_seed=11,
         return_truth=True,
     )  # fmt: skip
-    fit = IRTModel(resp, "2pl").fit(draws=500, tune=500, random_seed=1)
+    with warnings.catch_warnings():
+        # 500 draws: the ESS >= 400 threshold may be missed; recovery is what is tested
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fit = IRTModel(resp, "2pl").fit(draws=500, tune=500, random_seed=1)
+    assert fit.diagnostics is not None and fit.diagnostics.divergences == 0
     assert _corr(_pmean(fit, "ability"), truth.ability.values) >= 0.95
     assert _corr(_pmean(fit, "difficulty"), truth.difficulty.values) >= 0.95
 
