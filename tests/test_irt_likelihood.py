@@ -17,6 +17,13 @@ def _reference(eta: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, np
     return value, np.broadcast_to(grad, eta.shape)
 
 
+def _responses(rng, shape, masked, p_correct=0.4):
+    """Random 1/0 responses and weights (1 observed, 0 missing; scalar 1 if complete)."""
+    y = (rng.random(shape) < p_correct).astype(float)
+    w = (rng.random(shape) < 0.7).astype(float) if masked else np.asarray(1.0)
+    return y, w
+
+
 CASES = {
     "matrix, complete": ((6, 9), False),
     "matrix, missing cells": ((6, 9), True),
@@ -29,8 +36,7 @@ CASES = {
 def test_value_and_symbolic_gradient_match_reference(case, mode):
     shape, masked = CASES[case]
     rng = np.random.default_rng(0)
-    y = (rng.random(shape) < 0.4).astype(float)
-    w = (rng.random(shape) < 0.7).astype(float) if masked else np.asarray(1.0)
+    y, w = _responses(rng, shape, masked)
     x = pt.tensor("x", shape=(None,) * len(shape), dtype="float64")
     out = bernoulli_logit_loglik(x, y, w)
     f = pytensor.function([x], [out, pt.grad(out, x)], mode=mode)
@@ -43,21 +49,41 @@ def test_value_and_symbolic_gradient_match_reference(case, mode):
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-12)
 
 
-def test_jax_autodiff_uses_the_custom_gradient_in_float32():
+def _float32_jax_autodiff(op, args, seed):
+    """JAX value and gradients of ``op(*inputs, y, w)`` at float32 ``args`` (y, w: 5 x 8).
+
+    Returns the value, the gradients and ``y``, ``w`` (as float64 for the references).
+    """
     jax = pytest.importorskip("jax")
     from pymc.sampling.jax import get_jaxified_graph
 
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     y = (rng.random((5, 8)) < 0.5).astype(np.float32)
     w = (rng.random((5, 8)) < 0.8).astype(np.float32)
-    x = pt.tensor("x", shape=(None, None), dtype="float32")
-    fn = get_jaxified_graph(inputs=[x], outputs=[bernoulli_logit_loglik(x, y, w)])
-    eta = (rng.normal(size=(5, 8)) * 4).astype(np.float32)
-    value, grad = jax.value_and_grad(lambda e: fn(e)[0])(eta)
-    ref_value, ref_grad = _reference(eta.astype(float), y, w)
+    inputs = [
+        pt.tensor(f"x{k}", shape=(None,) * np.ndim(x), dtype="float32") for k, x in enumerate(args)
+    ]
+    fn = get_jaxified_graph(inputs=inputs, outputs=[op(*inputs, y, w)])
+    argnums = tuple(range(len(args)))
+    value, grads = jax.value_and_grad(lambda *x: fn(*x)[0], argnums=argnums)(*args)
     assert np.asarray(value).dtype == np.float32
-    assert float(value) == pytest.approx(ref_value, rel=1e-5)
-    np.testing.assert_allclose(np.asarray(grad), ref_grad, rtol=1e-5, atol=1e-6)
+    return float(value), [np.asarray(g) for g in grads], y.astype(float), w.astype(float)
+
+
+def test_jax_autodiff_uses_the_custom_gradient_in_float32():
+    eta = (np.random.default_rng(11).normal(size=(5, 8)) * 4).astype(np.float32)
+    value, (grad,), y, w = _float32_jax_autodiff(bernoulli_logit_loglik, [eta], seed=1)
+    ref_value, ref_grad = _reference(eta.astype(float), y, w)
+    assert value == pytest.approx(ref_value, rel=1e-5)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6)
+
+
+def _item_model_args(rng, n_llms, n_items, scale, dtype=np.float64):
+    """Random abilities (sd ``scale``), discriminations (lognormal) and intercepts."""
+    theta = rng.normal(size=n_llms) * scale
+    a = np.exp(rng.normal(size=n_items))
+    e = rng.normal(size=n_items) * scale
+    return [x.astype(dtype) for x in (theta, a, e)]
 
 
 def _reference_2pl(theta, a, e, y, w):
@@ -72,12 +98,11 @@ def test_fused_2pl_value_and_symbolic_gradient_match_reference(masked, mode):
     from bayes_microbench.irt._likelihood import bernoulli_logit_2pl_loglik
 
     rng = np.random.default_rng(2)
-    y = (rng.random((7, 11)) < 0.4).astype(float)
-    w = (rng.random((7, 11)) < 0.7).astype(float) if masked else np.asarray(1.0)
+    y, w = _responses(rng, (7, 11), masked)
     theta, a, e = (pt.tensor(n, shape=(None,), dtype="float64") for n in ("theta", "a", "e"))
     out = bernoulli_logit_2pl_loglik(theta, a, e, y, w)
     f = pytensor.function([theta, a, e], [out, *pt.grad(out, [theta, a, e])], mode=mode)
-    args = (rng.normal(size=7) * 3, np.exp(rng.normal(size=11)), rng.normal(size=11) * 3)
+    args = _item_model_args(rng, 7, 11, scale=3.0)
     value, *grads = f(*args)
     ref_value, ref_grads = _reference_2pl(*args, y, w)
     assert value == pytest.approx(ref_value, rel=1e-12, abs=1e-9)
@@ -86,29 +111,15 @@ def test_fused_2pl_value_and_symbolic_gradient_match_reference(masked, mode):
 
 
 def test_fused_2pl_jax_autodiff_uses_the_custom_gradient_in_float32():
-    jax = pytest.importorskip("jax")
-    from pymc.sampling.jax import get_jaxified_graph
-
     from bayes_microbench.irt._likelihood import bernoulli_logit_2pl_loglik
 
-    rng = np.random.default_rng(3)
-    y = (rng.random((5, 8)) < 0.5).astype(np.float32)
-    w = (rng.random((5, 8)) < 0.8).astype(np.float32)
-    theta, a, e = (pt.tensor(n, shape=(None,), dtype="float32") for n in ("theta", "a", "e"))
-    fn = get_jaxified_graph(
-        inputs=[theta, a, e], outputs=[bernoulli_logit_2pl_loglik(theta, a, e, y, w)]
-    )
-    args = [
-        (rng.normal(size=5) * 3).astype(np.float32),
-        np.exp(rng.normal(size=8)).astype(np.float32),
-        rng.normal(size=8).astype(np.float32),
-    ]
-    value, grads = jax.value_and_grad(lambda *x: fn(*x)[0], argnums=(0, 1, 2))(*args)
+    rng = np.random.default_rng(13)
+    args = _item_model_args(rng, 5, 8, scale=3.0, dtype=np.float32)
+    value, grads, y, w = _float32_jax_autodiff(bernoulli_logit_2pl_loglik, args, seed=3)
     ref_value, ref_grads = _reference_2pl(*(x.astype(float) for x in args), y, w)
-    assert np.asarray(value).dtype == np.float32
-    assert float(value) == pytest.approx(ref_value, rel=1e-5)
+    assert value == pytest.approx(ref_value, rel=1e-5)
     for got, want in zip(grads, ref_grads, strict=True):
-        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def _reference_3pl_value(theta, a, e, c, y, w):
@@ -139,18 +150,12 @@ def test_fused_3pl_value_and_gradients_match_reference(masked, mode):
     from bayes_microbench.irt._likelihood import bernoulli_3pl_loglik
 
     rng = np.random.default_rng(4)
-    y = (rng.random((6, 9)) < 0.5).astype(float)
-    w = (rng.random((6, 9)) < 0.7).astype(float) if masked else np.asarray(1.0)
+    y, w = _responses(rng, (6, 9), masked, p_correct=0.5)
     names = ("theta", "a", "e", "c")
     theta, a, e, c = (pt.tensor(n, shape=(None,), dtype="float64") for n in names)
     out = bernoulli_3pl_loglik(theta, a, e, c, y, w)
     f = pytensor.function([theta, a, e, c], [out, *pt.grad(out, [theta, a, e, c])], mode=mode)
-    args = [
-        rng.normal(size=6) * 2,
-        np.exp(rng.normal(size=9)),
-        rng.normal(size=9) * 2,
-        rng.uniform(0.05, 0.5, size=9),
-    ]
+    args = [*_item_model_args(rng, 6, 9, scale=2.0), rng.uniform(0.05, 0.5, size=9)]
     args[0][0] = -40.0  # far below every item: P(correct) is the floor
     value, *grads = f(*args)
     ref = _reference_3pl_value(*args, y, w)
@@ -181,27 +186,14 @@ def test_fused_3pl_zero_floor_is_the_2pl():
 
 
 def test_fused_3pl_jax_autodiff_uses_the_custom_gradient_in_float32():
-    jax = pytest.importorskip("jax")
-    from pymc.sampling.jax import get_jaxified_graph
-
     from bayes_microbench.irt._likelihood import bernoulli_3pl_loglik
 
-    rng = np.random.default_rng(6)
-    y = (rng.random((5, 8)) < 0.5).astype(np.float32)
-    w = (rng.random((5, 8)) < 0.8).astype(np.float32)
-    names = ("theta", "a", "e", "c")
-    inputs = [pt.tensor(n, shape=(None,), dtype="float32") for n in names]
-    fn = get_jaxified_graph(inputs=inputs, outputs=[bernoulli_3pl_loglik(*inputs, y, w)])
-    args = [
-        (rng.normal(size=5) * 2).astype(np.float32),
-        np.exp(rng.normal(size=8)).astype(np.float32),
-        rng.normal(size=8).astype(np.float32),
-        rng.uniform(0.1, 0.4, size=8).astype(np.float32),
-    ]
-    value, grads = jax.value_and_grad(lambda *x: fn(*x)[0], argnums=(0, 1, 2, 3))(*args)
+    rng = np.random.default_rng(16)
+    floors = rng.uniform(0.1, 0.4, size=8).astype(np.float32)
+    args = [*_item_model_args(rng, 5, 8, scale=2.0, dtype=np.float32), floors]
+    value, grads, y, w = _float32_jax_autodiff(bernoulli_3pl_loglik, args, seed=6)
     as64 = [x.astype(float) for x in args]
     ref_grads = _finite_differences(lambda *x: _reference_3pl_value(*x, y, w), as64)
-    assert np.asarray(value).dtype == np.float32
-    assert float(value) == pytest.approx(_reference_3pl_value(*as64, y, w), rel=1e-5)
-    for got, want, name in zip(grads, ref_grads, names, strict=True):
-        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4, err_msg=name)
+    assert value == pytest.approx(_reference_3pl_value(*as64, y, w), rel=1e-5)
+    for got, want, name in zip(grads, ref_grads, ("theta", "a", "e", "c"), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
