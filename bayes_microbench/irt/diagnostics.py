@@ -100,7 +100,7 @@ def _worst(ds: Any, reducer: str) -> tuple[float, str]:
 # passes instead of one Python call per parameter: on a GPQA 2PL fit (1768
 # parameters x 2 x 1000 draws) the summary took 7.8 s through ArviZ's
 # per-parameter loop and 2.9 s this way (profiled by hand with cProfile, one run
-# each; on the 200-draw GPQA model artifact 3.7 s vs 0.3 s).
+# each; on the 200-draw GPQA model artifact, two runs: 2.4-3.7 s vs 0.3 s).
 
 
 def _split_chains(x: np.ndarray) -> np.ndarray:
