@@ -407,27 +407,34 @@ def test_coverage_of_90_intervals(method):
 
 
 @pytest.mark.parametrize(
-    "model, prior, parameterization",
+    "model, prior, parameterization, missing",
     [
-        (m, prior, p)
-        for m, prior in (
-            ("2pl", "lognormal"),
-            ("2pl", "truncated-normal"),
-            ("1pl", "lognormal"),
-            ("3pl", "truncated-normal"),
-        )
-        for p in ("decoupled", "non-centered", "slope-intercept", "textbook")
+        *(
+            (m, prior, p, 0.0)
+            for m, prior in (
+                ("2pl", "lognormal"),
+                ("2pl", "truncated-normal"),
+                ("1pl", "lognormal"),
+                ("3pl", "truncated-normal"),
+            )
+            for p in ("decoupled", "non-centered", "slope-intercept", "textbook")
+        ),
+        # most cells missing: the likelihood gathers the observed cells
+        ("2pl", "lognormal", "non-centered", 0.7),
+        ("3pl", "truncated-normal", "non-centered", 0.7),
     ],
 )
-def test_saved_scale_reproduces_the_sampled_likelihood(model, prior, parameterization):
+def test_saved_scale_reproduces_the_sampled_likelihood(model, prior, parameterization, missing):
     # at a random point of any parameterization, the saved ability, discrimination and
     # intercept must give the log likelihood the model itself evaluates
     from bayes_microbench.irt.pymc_model import to_saved_scale
 
     resp = simulate_responses(
-        "gpqa", n_llms=12, n_items=15, model="2pl", n_subtasks=2, random_seed=0
-    )
+        "gpqa", n_llms=12, n_items=15, model="2pl", n_subtasks=2, missing_rate=missing,
+        random_seed=0,
+    )  # fmt: skip
     fit = IRTModel(resp, model, config={"discrimination_prior": prior})
+    assert fit.data.dense == (missing == 0.0)
     pm_model = fit.build_model(parameterization=parameterization, float32=False)
     rng = np.random.default_rng(1)
     point = {k: v + 0.3 * rng.normal(size=np.shape(v)) for k, v in pm_model.initial_point().items()}

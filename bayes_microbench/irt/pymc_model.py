@@ -378,6 +378,7 @@ def _loglik(data: IRTData, theta: Any, a: Any, e: Any, guess: Any, cast: Any) ->
     import pytensor.tensor as pt
 
     from ._likelihood import (
+        _guessing_terms,
         bernoulli_3pl_loglik,
         bernoulli_logit_2pl_loglik,
         bernoulli_logit_loglik,
@@ -397,10 +398,8 @@ def _loglik(data: IRTData, theta: Any, a: Any, e: Any, guess: Any, cast: Any) ->
     eta_k = theta[rows] * (a[cols] if a is not None else 1.0) + e[cols]
     if guess is None:
         return bernoulli_logit_loglik(eta_k, cast(y), cast(np.asarray(1.0)))
-    c = guess[cols]
-    log_p = pt.logaddexp(pt.log(pt.maximum(c, 1e-12)), pt.log1p(-c) - pt.softplus(-eta_k))
-    log_q = pt.log1p(-c) - pt.softplus(eta_k)
-    return (cast(y) * log_p + cast(1.0 - y) * log_q).sum()
+    # the fused 3PL Op's cell formula, differentiated by PyTensor
+    return _guessing_terms(pt, eta_k, guess[cols], cast(y), cast(np.asarray(1.0)))[0]
 
 
 # ------------------------------------------------------------------ output
