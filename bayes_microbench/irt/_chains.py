@@ -83,11 +83,14 @@ def nutpie_draws(
             progress_bar=progressbar,
             adaptation=adaptation,
         )
-    post = tree["posterior"]
+    return draws_and_stats(tree, model)
+
+
+def draws_and_stats(tree: Any, model: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The free variables' raw draws and the :data:`STATS` of a sampler's DataTree."""
+    post, stats_ds = tree["posterior"], tree["sample_stats"]
     raw = {rv.name: np.asarray(post[rv.name].values) for rv in model.free_RVs}
-    stats_ds = tree["sample_stats"]
-    stats = {k: np.asarray(stats_ds[k].values) for k in STATS if k in stats_ds}
-    return raw, stats
+    return raw, {k: np.asarray(stats_ds[k].values) for k in STATS if k in stats_ds}
 
 
 def _die_with_parent(parent: int) -> None:

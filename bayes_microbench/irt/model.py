@@ -414,7 +414,7 @@ def _run_nuts(
     backend: str,
     adaptation: str = "diag",
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    from ._chains import STATS, nutpie_draws, nutpie_in_workers, worker_count
+    from ._chains import draws_and_stats, nutpie_draws, nutpie_in_workers, worker_count
 
     if backend == "numpyro":
         import jax
@@ -425,9 +425,7 @@ def _run_nuts(
             # float32 sampling: JAX notes that int64/float64 constants become 32-bit
             warnings.filterwarnings("ignore", message="Explicitly requested dtype")
             tree = _numpyro_sample(pm, model, sampler, seed, progressbar)
-        post, stats_ds = tree["posterior"], tree["sample_stats"]
-        raw = {rv.name: np.asarray(post[rv.name].values) for rv in model.free_RVs}
-        return raw, {k: np.asarray(stats_ds[k].values) for k in STATS if k in stats_ds}
+        return draws_and_stats(tree, model)
     settings: dict[str, Any] = dict(
         draws=sampler.draws,
         tune=sampler.tune,
