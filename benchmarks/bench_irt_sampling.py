@@ -152,6 +152,14 @@ def _child(cmd: list[str], timeout: float) -> tuple[dict | None, float, float, f
     return result, wall, cpu, peak, tail
 
 
+def _measure(cmd: list[str], timeout: float, **labels: object) -> tuple[dict, dict | None]:
+    """Run ``cmd`` as a child: ``labels`` with its figures, and its own JSON result."""
+    load = os.getloadavg()[0]
+    res, wall, cpu, peak, err = _child(cmd, timeout)
+    figures = {"wall_s": wall, "cpu_s": cpu, "peak_mib": peak, "load": load, "error": err}
+    return {**labels, **figures}, res
+
+
 def pyirt_python() -> str | None:
     env = os.environ.get("PYIRT_PYTHON")
     if env and Path(env).exists():
@@ -207,25 +215,18 @@ def main() -> int:
     py = pyirt_python()
     # interleaved (ours, py-irt, ours, py-irt, ...): a slow spell of this shared machine
     # then hits both sides of a ratio
+    pyirt_cmd = [str(py), str(HERE / "reference" / "run_pyirt.py"), "--responses", str(GPQA)]
+    pyirt_cmd += ["--epochs", "2000"]
     for rep in range(args.repeat):
         for name in names:
             cmd = [sys.executable, __file__, "--one", name, "--tune", str(args.tune)]
             cmd += ["--draws", str(args.draws), "--seed", str(args.seed)]
-            load0 = os.getloadavg()[0]
-            res, wall, cpu, peak, err = _child(cmd, args.timeout)
-            row = {"variant": name, "rep": rep, "wall_s": wall, "cpu_s": cpu}
-            row.update({"peak_mib": peak, "load": load0})
+            row, res = _measure(cmd, args.timeout, variant=name, rep=rep)
             row.update({k: v for k, v in (res or {}).items() if k not in row})
-            row["error"] = err
             print(json.dumps(row, default=float), flush=True)
             rows.append(row)
         if py:
-            cmd = [py, str(HERE / "reference" / "run_pyirt.py"), "--responses", str(GPQA)]
-            cmd += ["--epochs", "2000"]
-            load0 = os.getloadavg()[0]
-            res, wall, cpu, peak, err = _child(cmd, args.timeout)
-            one_ref = {"rep": rep, "wall_s": wall, "cpu_s": cpu, "peak_mib": peak, "load": load0}
-            one_ref["error"] = err
+            one_ref, res = _measure(pyirt_cmd, args.timeout, rep=rep)
             if res:
                 one_ref["reported_wall_s"] = res.get("wall_seconds")
                 one_ref["reported_cpu_s"] = res.get("cpu_seconds")
