@@ -61,10 +61,10 @@ class IRTConfig:
     (GPQA: log-sd 2.6), which NUTS explores slowly. On GPQA the truncated
     normal samples with fewer leapfrog steps and a higher worst-case ESS
     (``benchmarks/bench_irt_sampling.py``). It is opt-in: it was measured for
-    NUTS on matrices of 100 or more llms only; on small matrices (the
-    non-centered parameterization, used by NUTS below 100 llms and by the
-    approximations) a 40 x 60 test fit diverged, so the lognormal stays the
-    default.
+    NUTS on matrices of 100 or more llms only; on 40 x 50 simulated matrices
+    it diverged in every parameterization (the non-centered one, which NUTS
+    uses below 100 llms and the approximations always use, included), so the
+    lognormal stays the default.
 
     The saved posterior also holds ``difficulty = -intercept / discrimination``
     so that ``logit P* = discrimination * (ability - difficulty)``.
