@@ -129,6 +129,22 @@ def test_rank_diagnostics_equal_arviz(chains, draws):
         assert got["ess_bulk"][-1] < got["ess_bulk"][5]  # phi 0.97 mixes worst of the AR(1)s
 
 
+def test_average_ranks_equal_scipy_rankdata():
+    from scipy import stats
+
+    from bayes_microbench.irt.diagnostics import _average_ranks
+
+    rng = np.random.default_rng(3)
+    # rows without ties, with runs of ties, all equal, and one draw long
+    x = np.concatenate(
+        [rng.normal(size=(4, 50)), rng.integers(0, 3, size=(4, 50)), np.full((1, 50), 1.5)]
+    )
+    x[0, [3, 9]] = x[0, 20]  # a single tie in an otherwise continuous row
+    for arr in (x, x[:, :1]):
+        want = stats.rankdata(arr, method="average", axis=1)
+        np.testing.assert_array_equal(_average_ranks(arr), want)
+
+
 def test_rank_diagnostics_need_draws_and_finite_values():
     from bayes_microbench.irt.diagnostics import rank_diagnostics
 
