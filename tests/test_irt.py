@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 import pytest
 
-from bayes_microbench import simulate_responses
+from bayes_microbench import load_responses, simulate_responses
 from bayes_microbench.exceptions import (
     ConfigurationError,
     ConvergenceWarning,
@@ -195,6 +195,24 @@ def test_3pl_guessing_fixed_from_n_options_and_learned_when_unknown():
     assert np.allclose(IRTModel(no_k, "3pl", config={"n_options": 5}).data.guessing_fixed, 0.2)
 
 
+def test_items_answered_below_their_fixed_floor_are_named(caplog):
+    rng = np.random.default_rng(0)
+    n = 200
+    values = (rng.random((n, 4)) < [0.6, 0.3, 0.15, 0.02]).astype(float)
+    values[:100, 3] = np.nan  # 100 observed cells, about 2% correct
+    resp = Responses.from_arrays(values, [f"l{i}" for i in range(n)], ["i1", "i2", "i3", "i4"])
+    model = IRTModel(resp, "3pl", config={"n_options": 4})  # floor 0.25
+    assert model.data.notes["items_below_floor"] == ["i3", "i4"]
+    assert "items below their guessing floor: 2 of 4 items" in caplog.text
+    assert "less often than their fixed guessing floor allows: 2 (" in model.floor_misfit
+    # a floor of 0.1 is not contradicted by 15% correct; learned floors and the 2PL have none
+    assert IRTModel(resp, "3pl", config={"n_options": 10}).data.notes["items_below_floor"] == ["i4"]
+    no_k = Responses.from_arrays(values, resp.llms, resp.items)
+    assert "items_below_floor" not in IRTModel(no_k, "3pl").data.notes
+    two_pl = IRTModel(resp, "2pl")
+    assert "items_below_floor" not in two_pl.data.notes and two_pl.floor_misfit == ""
+
+
 def test_truncated_normal_is_suggested_only_where_it_was_measured_to_help():
     from bayes_microbench.irt.config import SamplerConfig
     from bayes_microbench.irt.diagnostics import ConvergenceSummary, warn_if_unconverged
@@ -349,6 +367,29 @@ def test_cli_fit_json(tmp_path, capsys):
     assert main(bad_prior) == 2
     assert "--discrimination-prior applies to --model 2pl and 3pl" in capsys.readouterr().err
     assert not (tmp_path / "q.nc").exists()
+
+
+def test_cli_unconverged_3pl_names_the_items_below_their_floor(tmp_path, capsys):
+    from bayes_microbench.cli import main
+    from bayes_microbench.io import save_responses
+
+    resp = simulate_responses("gpqa", n_llms=30, n_items=6, model="2pl", random_seed=2)
+    values = resp.values.copy()
+    values[:, 0] = 0.0
+    values[:2, 0] = 1.0  # 2 of 30 correct: far below a floor of 1/4
+    save_responses(Responses.from_arrays(values, resp.llms, resp.items), tmp_path / "r.csv")
+    out = tmp_path / "p.nc"
+    # 20 + 20 draws cannot reach a bulk ESS of 400: the fit is unconverged by construction
+    code = main(
+        ["fit", "--responses", str(tmp_path / "r.csv"), "--model", "3pl", "--n-options", "4",
+         "--draws", "20", "--tune", "20", "--output", str(out), "--quiet"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 3 and not out.exists()
+    assert "the fit did not converge" in err
+    below = IRTModel(load_responses(tmp_path / "r.csv"), "3pl", config={"n_options": 4})
+    n_below = len(below.data.notes["items_below_floor"])
+    assert n_below >= 1 and f"less often than their fixed guessing floor allows: {n_below} (" in err
 
 
 def test_pathfinder_recovers_abilities():

@@ -171,15 +171,16 @@ def run(args: argparse.Namespace) -> int:
             if written
             else "not written; rerun with more --tune/--draws, or pass --allow-unconverged"
         )
+        hint = model.floor_misfit or (
+            "where many items do not discriminate (GPQA) --discrimination-prior "
+            "truncated-normal samples faster and converges more often"
+            if model.truncated_normal_may_help
+            else ""
+        )
         print(
             f"bayes-microbench: {'warning' if written else 'error'}: the fit did not converge "
             f"({diag.reason() if diag else ''}); posterior {action}"
-            + (
-                "; where many items do not discriminate (GPQA) --discrimination-prior "
-                "truncated-normal samples faster and converges more often"
-                if model.truncated_normal_may_help
-                else ""
-            ),
+            + (f"; {hint}" if hint else ""),
             file=sys.stderr,
         )
         return 0 if written else EXIT_UNCONVERGED

@@ -97,6 +97,22 @@ class IRTModel:
         return self.config.model == "2pl-md"
 
     @property
+    def floor_misfit(self) -> str:
+        """Why a fixed-floor 3PL may fail here, in one clause ("" when it does not apply).
+
+        Names how many items are answered correctly below their fixed guessing
+        floor (``data.notes["items_below_floor"]``): the model cannot fit them,
+        and on GPQA that is what keeps the 3PL from converging.
+        """
+        below = self.data.notes.get("items_below_floor", [])
+        if self.config.model != "3pl" or not below:
+            return ""
+        return (
+            "items answered correctly less often than their fixed guessing floor allows: "
+            f"{len(below)} (items_below_floor in the log); a 3PL cannot fit them: use the 2PL"
+        )
+
+    @property
     def truncated_normal_may_help(self) -> bool:
         """Whether the truncated-normal discrimination prior is the measured remedy here.
 
@@ -298,7 +314,8 @@ class IRTModel:
             self.diagnostics = summarize(self.posterior, self.idata["sample_stats"].to_dataset())
             warn_if_unconverged(
                 self.diagnostics,
-                hint=(
+                hint=self.floor_misfit
+                or (
                     "where many items do not discriminate (GPQA), "
                     "config={'discrimination_prior': 'truncated-normal'} samples faster"
                     if self.truncated_normal_may_help
