@@ -275,7 +275,8 @@ def _row(r: dict) -> str:
             f"failed: {r['error']} | {r['load']:.1f} |"
         )
     return (
-        f"| {_label(r)} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {_f(r.get('peak_mib'), '.0f')} | "
+        f"| {_label(r)} | {r['wall_s']:.0f} | {_f(r.get('cpu_s'), '.0f')} | "
+        f"{_f(r.get('peak_mib'), '.0f')} | "
         f"{_f(r.get('max_rhat'), '.4f')} | {_f(r.get('min_ess_bulk'), '.0f')} | "
         f"{r.get('divergences')} | {_f(r.get('steps'), '.1f')} | {r.get('converged')} | "
         f"{r['load']:.1f} |"
