@@ -101,8 +101,9 @@ class IRTModel:
         """Why a fixed-floor 3PL may fail here, in one clause ("" when it does not apply).
 
         Names how many items are answered correctly below their fixed guessing
-        floor (``data.notes["items_below_floor"]``): the model cannot fit them,
-        and on GPQA that is what keeps the 3PL from converging.
+        floor (``data.notes["items_below_floor"]``): the model cannot fit them.
+        On GPQA 158 of the 448 items are; without them its 3PL mixed far better
+        (R-hat 1.014 against 1.028), though still short of converging.
         """
         below = self.data.notes.get("items_below_floor", [])
         if self.config.model != "3pl" or not below:
