@@ -165,6 +165,13 @@ def test_import_does_not_load_pymc():
 
 def test_bad_inputs_are_user_errors():
     resp = simulate_responses("gpqa", n_llms=10, n_items=12, random_seed=0)
+    with pytest.raises(ConfigurationError, match="parameterization must be 'auto' or one of"):
+        IRTModel(resp, "2pl").fit(parameterization="centred")
+    for model, prior in (("1pl", "lognormal"), ("2pl", "truncated-normal")):
+        with pytest.raises(ConfigurationError, match="'decoupled-nc' applies to the 2PL and 3PL"):
+            IRTModel(resp, model, config={"discrimination_prior": prior}).fit(
+                parameterization="decoupled-nc"
+            )
     with pytest.raises(ConfigurationError, match="method must be one of"):
         IRTModel(resp, "2pl").fit("hmc")
     with pytest.raises(ConfigurationError, match="backend must be one of"):
@@ -256,6 +263,7 @@ def tiny():
 
 def test_nuts_recovers_truth_on_tiny_data(tiny):
     _, truth, fit = tiny
+    assert fit.parameterization == "decoupled-nc"  # "auto": NUTS, lognormal 2PL, < 100 llms
     # 60 items per llm and 50 llms per item: correlations well above chance
     assert _corr(_pmean(fit, "ability"), truth.ability.values) > 0.85
     assert _corr(_pmean(fit, "difficulty"), truth.difficulty.values) > 0.8
@@ -479,6 +487,10 @@ def test_coverage_of_90_intervals(method):
         # most cells missing: the likelihood gathers the observed cells
         ("2pl", "lognormal", "non-centered", 0.7),
         ("3pl", "truncated-normal", "non-centered", 0.7),
+        # the decoupled ability block with non-centered items (lognormal prior only)
+        ("2pl", "lognormal", "decoupled-nc", 0.0),
+        ("3pl", "lognormal", "decoupled-nc", 0.0),
+        ("2pl", "lognormal", "decoupled-nc", 0.7),
     ],
 )
 def test_saved_scale_reproduces_the_sampled_likelihood(model, prior, parameterization, missing):

@@ -87,6 +87,8 @@ class IRTModel:
         self.diagnostics: ConvergenceSummary | None = None
         self.wall_seconds: float | None = None
         self.fit_info: dict[str, Any] = {}
+        #: the parameterization the fit sampled in ("auto" resolved; see ``fit``)
+        self.parameterization: str | None = None
         self._model: Any = None
         self._model_key: tuple[str, bool] | None = None
 
@@ -111,6 +113,17 @@ class IRTModel:
         return (
             "items answered correctly less often than their fixed guessing floor allows: "
             f"{len(below)} (items_below_floor in the log); a 3PL cannot fit them: use the 2PL"
+        )
+
+    @property
+    def decoupled_nc_applies(self) -> bool:
+        """Whether the ``"decoupled-nc"`` parameterization exists for this model.
+
+        It samples the decoupled ability block with non-centered lognormal
+        discriminations: the 2PL and 3PL with the lognormal prior.
+        """
+        return self.config.model in ("2pl", "3pl") and (
+            self.config.discrimination_prior == "lognormal"
         )
 
     @property
@@ -208,7 +221,8 @@ class IRTModel:
             and ample for Bernoulli log likelihoods).
         parameterization
             ``"auto"`` (default): ``"decoupled"`` (centered) for NUTS on 100 or
-            more llms, else ``"non-centered"`` (always for the approximations);
+            more llms; below that ``"decoupled-nc"`` for NUTS of a lognormal
+            2PL/3PL, else ``"non-centered"`` (always for the approximations);
             see :mod:`bayes_microbench.irt.pymc_model`. ``"slope-intercept"``
             and ``"textbook"`` are kept for benchmarks.
         advi_iterations
@@ -266,8 +280,12 @@ class IRTModel:
             centered = method == "nuts" and self.data.n_llms >= CENTERED_MIN_LLMS
             if self.is_multidim:
                 parameterization = "centered" if centered else "non-centered"
+            elif centered:
+                parameterization = "decoupled"
+            elif method == "nuts" and self.decoupled_nc_applies:
+                parameterization = "decoupled-nc"
             else:
-                parameterization = "decoupled" if centered else "non-centered"
+                parameterization = "non-centered"
         elif self.is_multidim:
             from .multidim import PARAMETERIZATIONS
 
@@ -275,6 +293,19 @@ class IRTModel:
                 raise ConfigurationError(
                     f"model '2pl-md' takes parameterization 'auto' or one of "
                     f"{list(PARAMETERIZATIONS)}, got {parameterization!r}"
+                )
+        else:
+            from .pymc_model import PARAMETERIZATIONS as ONE_D
+
+            if parameterization not in ONE_D:
+                raise ConfigurationError(
+                    f"parameterization must be 'auto' or one of {list(ONE_D)}, "
+                    f"got {parameterization!r}"
+                )
+            if parameterization == "decoupled-nc" and not self.decoupled_nc_applies:
+                raise ConfigurationError(
+                    "parameterization 'decoupled-nc' applies to the 2PL and 3PL with the "
+                    "lognormal discrimination prior"
                 )
         if adaptation == "auto":
             adaptation = "draw_diag" if parameterization == "decoupled" else "diag"
@@ -309,6 +340,7 @@ class IRTModel:
                 else:
                     raw, self.fit_info = pathfinder(model, draws=draws * chains, random_seed=seed)
         self.wall_seconds = time.perf_counter() - start
+        self.parameterization = parameterization
         self.sampler = sampler
         self.idata = self._assemble(raw, sample_stats, parameterization)
         if method == "nuts":

@@ -65,7 +65,7 @@ import numpy as np
 from .config import IRTConfig
 from .data import IRTData
 
-PARAMETERIZATIONS = ("decoupled", "slope-intercept", "non-centered", "textbook")
+PARAMETERIZATIONS = ("decoupled", "decoupled-nc", "slope-intercept", "non-centered", "textbook")
 
 #: NUTS samples centered item parameters ("decoupled") from this many llms on.
 CENTERED_MIN_LLMS = 100
@@ -149,24 +149,39 @@ def build(
         # ---------------------------------------------------------------- items
         sd_d = pm.HalfNormal("intercept_sd", config.intercept_sd_scale, dims="subtask")
         decoupled_1pl = parameterization == "decoupled" and not two_pl
-        if not decoupled_1pl and parameterization != "non-centered":
+        if not decoupled_1pl and parameterization not in ("non-centered", "decoupled-nc"):
             mu_d = pm.Normal("intercept_mean", 0.0, config.intercept_mean_sd, dims="subtask")
         e_init = init["logit_item"].astype(dtype)
 
-        if parameterization == "decoupled":
-            m = pm.Normal("m", 0.0, 1.0 / np.sqrt(n_l), initval=0.01 / np.sqrt(n_l))
-            u = pm.ZeroSumNormal("u", sigma=1.0, dims="llm", initval=init["z"].astype(dtype))
+        if parameterization == "decoupled-nc":
+            if not two_pl or truncated:
+                raise ValueError("'decoupled-nc' needs a lognormal-prior 2PL or 3PL")
+            # the decoupled ability block with non-centered items: the likelihood sees
+            # discrimination * s = exp(mu_lat + sd * z), so s meets only mu_lat's prior
+            m, theta_lik, log_s = _decoupled_ability(n_l, init["z"].astype(dtype), sphere=True)
+            mu_lat = pm.Flat(
+                "log_disc_mean_scaled", dims="subtask", initval=np.full(n_s, 0.01, dtype=dtype)
+            )
+            pm.Potential(
+                "log_disc_mean_prior",
+                pm.logp(pm.Normal.dist(0.0, config.log_disc_mean_sd), mu_lat - log_s).sum(),
+            )
+            sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
+            z_la = pm.Normal("log_disc_z", 0.0, 1.0, dims="item", initval=zl_small)
+            a_lik = pt.exp(mu_lat[sub] + sd_la[sub] * z_la)
+            # intercept_mean + discrimination * m enters the likelihood; as in
+            # "non-centered", sample it shifted by the subtask's typical discrimination
+            typical = pt.exp(mu_lat - log_s)
+            mu_e = pm.Flat("intercept_mean_shifted", dims="subtask", initval=sub_init.astype(dtype))
+            pm.Potential(
+                "intercept_mean_prior",
+                pm.logp(pm.Normal.dist(0.0, config.intercept_mean_sd), mu_e - typical * m).sum(),
+            )
+            z_d = pm.Normal("intercept_z", 0.0, 1.0, dims="item", initval=zl.astype(dtype))
+            e = mu_e[sub] + (a_lik * pt.exp(-log_s) - typical[sub]) * m + sd_d[sub] * z_d
+        elif parameterization == "decoupled":
+            m, v, log_s = _decoupled_ability(n_l, init["z"].astype(dtype), sphere=two_pl)
             if two_pl:
-                r = pt.sqrt(pt.sum(u**2))
-                r0 = float(np.sqrt(n_l - 1.0))
-                # cancel the ZeroSumNormal radial density, impose a tight radius prior
-                pm.Potential(
-                    "radius_prior",
-                    r**2 / 2 - (r - r0) ** 2 / (2 * RADIUS_SD**2) - (n_l - 2) * pt.log(r),
-                )
-                v = u * (r0 / r)
-                s2 = pm.Gamma("s2", alpha=(n_l - 1) / 2, beta=(n_l - 1) / 2, initval=1.0)
-                log_s = 0.5 * pt.log(s2)
                 s = pt.exp(log_s)
                 if truncated:
                     # a_lik = discrimination * s ~ TruncatedNormal(mean * s, sd * s, lower=0),
@@ -227,7 +242,6 @@ def build(
                     pm.logp(pm.Normal.dist(mu_d[sub], sd_d[sub]), e - a_true * m).sum(),
                 )
             else:
-                v = u
                 a_lik = None
                 # intercept = e - m, so intercept_mean = mu_e - m carries the configured prior
                 mu_e = pm.Flat(
@@ -326,6 +340,40 @@ def build(
     return model
 
 
+def _decoupled_ability(n_l: int, z_init: np.ndarray, *, sphere: bool) -> tuple[Any, Any, Any]:
+    """The decoupled ability block (inside a model context): ``(m, v, log s)``.
+
+    ``m ~ Normal(0, 1/sqrt(n))`` and a zero-sum ``u``. With ``sphere`` (2PL,
+    3PL) ``v = u * sqrt(n-1) / |u|`` with a tight radius prior and
+    ``s^2 ~ Gamma((n-1)/2, (n-1)/2)``, so that ``ability = m + s * v``;
+    without it (1PL) ``v = u``, ``ability = m + u`` and ``log s`` is None.
+    """
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    m = pm.Normal("m", 0.0, 1.0 / np.sqrt(n_l), initval=0.01 / np.sqrt(n_l))
+    u = pm.ZeroSumNormal("u", sigma=1.0, dims="llm", initval=z_init)
+    if not sphere:
+        return m, u, None
+    r = pt.sqrt(pt.sum(u**2))
+    r0 = float(np.sqrt(n_l - 1.0))
+    # cancel the ZeroSumNormal radial density, impose a tight radius prior
+    pm.Potential(
+        "radius_prior",
+        r**2 / 2 - (r - r0) ** 2 / (2 * RADIUS_SD**2) - (n_l - 2) * pt.log(r),
+    )
+    s2 = pm.Gamma("s2", alpha=(n_l - 1) / 2, beta=(n_l - 1) / 2, initval=1.0)
+    return m, u * (r0 / r), 0.5 * pt.log(s2)
+
+
+def _sphere_ability(f64: dict[str, np.ndarray], n_l: int) -> tuple[np.ndarray, np.ndarray]:
+    """Saved abilities ``m + s * v`` of :func:`_decoupled_ability`'s draws, and ``s``."""
+    u = f64["u"]
+    v = u * np.sqrt(n_l - 1.0) / np.sqrt(np.sum(u**2, axis=-1, keepdims=True))
+    s = np.sqrt(f64["s2"])[..., None]
+    return f64["m"][..., None] + s * v, s
+
+
 def _subtask_average(sub: np.ndarray, n_s: int) -> np.ndarray:
     """(subtask, item) matrix whose product with an item vector is the subtask means."""
     onehot = (sub[None, :] == np.arange(n_s)[:, None]).astype(np.float64)
@@ -419,14 +467,27 @@ def to_saved_scale(
     lead = f64["intercept_sd"].shape[:-1]
     n_l, n_i = data.n_llms, data.n_items
     out: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
-    if parameterization == "decoupled":
+    if parameterization == "decoupled-nc":
+        sub = data.subtask_codes
+        m = f64["m"][..., None]
+        ability, s = _sphere_ability(f64, n_l)
+        log_disc_mean = f64["log_disc_mean_scaled"] - np.log(s)
+        lat = (
+            f64["log_disc_mean_scaled"][..., sub] + f64["log_disc_sd"][..., sub] * f64["log_disc_z"]
+        )
+        a = np.exp(lat) / s
+        # the same a_ref as the model's intercept-mean shift (see build)
+        f64["intercept_mean"] = f64["intercept_mean_shifted"] - np.exp(log_disc_mean) * m
+        intercept = (
+            f64["intercept_mean"][..., sub] + f64["intercept_sd"][..., sub] * f64["intercept_z"]
+        )
+        out["log_disc_mean"] = (("subtask",), log_disc_mean)
+        out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
+    elif parameterization == "decoupled":
         m = f64["m"][..., None]
         u = f64["u"]
         if two_pl:
-            r = np.sqrt(np.sum(u**2, axis=-1, keepdims=True))
-            v = u * np.sqrt(n_l - 1.0) / r
-            s = np.sqrt(f64["s2"])[..., None]
-            ability = m + s * v
+            ability, s = _sphere_ability(f64, n_l)
             a_lik = np.exp(f64["log_disc_scaled"])
             a = a_lik / s
             intercept = f64["e"] - a_lik * item_centers(data) - a * m
