@@ -51,17 +51,19 @@ intercepts as subtask mean + sd * standard normal): the centered hierarchical
 density has no mode (it grows without bound as a subtask sd shrinks to 0), so
 the optimizers (MAP, Laplace, Pathfinder) and ADVI use this one.
 ``"decoupled-nc"`` keeps the decoupled ability block (``m, s, v``) and samples
-the items non-centered (``log(discrimination * s) = mean + sd * z``); NUTS uses
-it on small matrices (fewer than ``CENTERED_MIN_LLMS`` llms), where the data
-do not dominate the item priors, for the lognormal 2PL and 3PL (measured on the 2PL;
-``"non-centered"``
-otherwise). With few llms, the ability scale is what ``"non-centered"`` samples
-worst: on BBH (78 llms x 5761 items) and MMLU-Pro (43 x 12032), 2 x (1000 +
-1000), the worst R-hat went 1.104 -> 1.039 and 1.027 -> 1.019, the worst bulk
-ESS 15 -> 55 and 43 -> 150 (by hand, one run each, no divergences; still short
-of converging), and on 40-60 llm simulated matrices the two were alike. ``"slope-intercept"`` (centered
-``a * theta + d`` with ``theta ~ N(0, 1)``) and ``"textbook"`` (centered
-``a * (theta - b)``) are kept for the sampling benchmark.
+the items non-centered (``log(discrimination * s) = mean + sd * z``). NUTS
+uses it on small matrices (fewer than ``CENTERED_MIN_LLMS`` llms, where the
+data do not dominate the item priors) for the lognormal 2PL and 3PL (measured
+on the 2PL; ``"non-centered"`` otherwise): with few llms the ability scale is
+what ``"non-centered"`` samples worst. On BBH (78 llms x 5761 items) and
+MMLU-Pro (43 x 12032), 2 x (1000 + 1000), the worst R-hat went 1.104 -> 1.039
+and 1.027 -> 1.019 and the worst bulk ESS 15 -> 55 and 43 -> 150 (by hand,
+one run each, no divergences; still short of converging); on 40-60 llm
+simulated matrices the two were alike.
+
+``"slope-intercept"`` (centered ``a * theta + d`` with ``theta ~ N(0, 1)``) and
+``"textbook"`` (centered ``a * (theta - b)``) are kept for the sampling
+benchmark.
 """
 
 from __future__ import annotations
