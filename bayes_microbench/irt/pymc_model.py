@@ -486,7 +486,7 @@ def to_saved_scale(
             f64["log_disc_mean_scaled"][..., sub] + f64["log_disc_sd"][..., sub] * f64["log_disc_z"]
         )
         a = np.exp(lat) / s
-        # the same a_ref as the model's intercept-mean shift (see build)
+        # undo the model's intercept-mean shift by the subtask's typical discrimination
         f64["intercept_mean"] = f64["intercept_mean_shifted"] - np.exp(log_disc_mean) * m
         intercept = (
             f64["intercept_mean"][..., sub] + f64["intercept_sd"][..., sub] * f64["intercept_z"]
