@@ -4,8 +4,9 @@
 #   bash scripts/setup.sh            # install only
 #   bash scripts/setup.sh demo       # install, then run the demo
 #
-# Python is looked up as $PYTHON, python3.13, python3.12, python3, then pyenv's
-# installed 3.12+/3.13+ versions; the first that is >= 3.12 wins.
+# Python is looked up as $PYTHON, python3.12, python3.13, python3, then pyenv's
+# installed 3.12 and 3.13+ versions; the first that is >= 3.12 wins (3.12 is
+# what the project is developed and tested on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,12 +14,12 @@ is_ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)
 
 find_python() {
   local cand
-  for cand in ${PYTHON:-} python3.13 python3.12 python3; do
+  for cand in ${PYTHON:-} python3.12 python3.13 python3; do
     if command -v "$cand" >/dev/null 2>&1 && is_ok "$cand"; then command -v "$cand"; return 0; fi
   done
   # pyenv shims refuse versions that are installed but not selected: ask pyenv directly
   local root="${PYENV_ROOT:-$HOME/.pyenv}"
-  for cand in "$root"/versions/3.1[3-9]*/bin/python3 "$root"/versions/3.12*/bin/python3; do
+  for cand in "$root"/versions/3.12*/bin/python3 "$root"/versions/3.1[3-9]*/bin/python3; do
     if [ -x "$cand" ] && is_ok "$cand"; then echo "$cand"; return 0; fi
   done
   return 1
