@@ -369,6 +369,7 @@ def test_cli_fit_json(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert res["output"] == str(out) and out.exists()
     assert res["wall_seconds"] > 0 and "max_rhat" in res and "min_ess_bulk" in res
+    assert res["parameterization"] == "non-centered"  # MAP: the non-centered density
     assert main(["fit", "--responses", str(tmp_path / "r.csv"), "--output", "x.txt"]) == 2
     bad_prior = ["fit", "--responses", str(tmp_path / "r.csv"), "--model", "1pl",
                  "--discrimination-prior", "truncated-normal", "--output", str(tmp_path / "q.nc")]  # fmt: skip

@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         "model": args.model,
         "n_dims": model.config.n_dims if args.model == "2pl-md" else None,
         "method": args.method,
+        "parameterization": model.parameterization,
         "n_llms": model.data.n_llms,
         "n_items": model.data.n_items,
         "wall_seconds": round(float(model.wall_seconds or 0.0), 3),
