@@ -92,9 +92,7 @@ def time_gradient(im: Any) -> dict[str, Any]:
     import pytensor
     from pymc.blocking import DictToArrayBijection
 
-    from bayes_microbench.irt.pymc_model import CENTERED_MIN_LLMS
-
-    param = "decoupled" if im.data.n_llms >= CENTERED_MIN_LLMS else "non-centered"
+    param = im.auto_parameterization("nuts")  # the model fit("nuts") samples
     with pytensor.config.change_flags(floatX="float32"):
         model = im.build_model(parameterization=param, float32=True)
         point = model.initial_point(0)

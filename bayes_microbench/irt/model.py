@@ -115,6 +115,19 @@ class IRTModel:
             f"{len(below)} (items_below_floor in the log); a 3PL cannot fit them: use the 2PL"
         )
 
+    def auto_parameterization(self, method: str) -> str:
+        """The parameterization ``fit(method, parameterization="auto")`` samples in."""
+        from .pymc_model import CENTERED_MIN_LLMS
+
+        centered = method == "nuts" and self.data.n_llms >= CENTERED_MIN_LLMS
+        if self.is_multidim:
+            return "centered" if centered else "non-centered"
+        if centered:
+            return "decoupled"
+        if method == "nuts" and self.decoupled_nc_applies:
+            return "decoupled-nc"
+        return "non-centered"
+
     @property
     def decoupled_nc_applies(self) -> bool:
         """Whether the ``"decoupled-nc"`` parameterization exists for this model.
@@ -275,17 +288,7 @@ class IRTModel:
         if method in ("map", "laplace", "pathfinder"):
             float32 = False  # optimizers need double precision
         if parameterization == "auto":
-            from .pymc_model import CENTERED_MIN_LLMS
-
-            centered = method == "nuts" and self.data.n_llms >= CENTERED_MIN_LLMS
-            if self.is_multidim:
-                parameterization = "centered" if centered else "non-centered"
-            elif centered:
-                parameterization = "decoupled"
-            elif method == "nuts" and self.decoupled_nc_applies:
-                parameterization = "decoupled-nc"
-            else:
-                parameterization = "non-centered"
+            parameterization = self.auto_parameterization(method)
         elif self.is_multidim:
             from .multidim import PARAMETERIZATIONS
 
