@@ -172,11 +172,9 @@ def run(args: argparse.Namespace) -> int:
             if written
             else "not written; rerun with more --tune/--draws, or pass --allow-unconverged"
         )
-        hint = model.floor_misfit or (
+        hint = model.convergence_hint(
             "where many items do not discriminate (GPQA) --discrimination-prior "
             "truncated-normal samples faster and converges more often"
-            if model.truncated_normal_may_help
-            else ""
         )
         print(
             f"bayes-microbench: {'warning' if written else 'error'}: the fit did not converge "

@@ -115,6 +115,17 @@ class IRTModel:
             f"{len(below)} (items_below_floor in the log); a 3PL cannot fit them: use the 2PL"
         )
 
+    def convergence_hint(self, truncated_normal: str) -> str:
+        """The remedy an unconverged NUTS fit names ("" when none is known).
+
+        :attr:`floor_misfit` where it applies, else ``truncated_normal`` (the
+        caller's phrasing of the truncated-normal prior) where
+        :attr:`truncated_normal_may_help`.
+        """
+        if self.floor_misfit:
+            return self.floor_misfit
+        return truncated_normal if self.truncated_normal_may_help else ""
+
     def auto_parameterization(self, method: str) -> str:
         """The parameterization ``fit(method, parameterization="auto")`` samples in."""
         from .pymc_model import CENTERED_MIN_LLMS
@@ -124,17 +135,13 @@ class IRTModel:
             return "centered" if centered else "non-centered"
         if centered:
             return "decoupled"
-        if method == "nuts" and self.decoupled_nc_applies:
+        if method == "nuts" and self.lognormal_discrimination:
             return "decoupled-nc"
         return "non-centered"
 
     @property
-    def decoupled_nc_applies(self) -> bool:
-        """Whether the ``"decoupled-nc"`` parameterization exists for this model.
-
-        It samples the decoupled ability block with non-centered lognormal
-        discriminations: the 2PL and 3PL with the lognormal prior.
-        """
+    def lognormal_discrimination(self) -> bool:
+        """A 2PL or 3PL with the lognormal discrimination prior (what ``"decoupled-nc"`` samples)."""
         return self.config.model in ("2pl", "3pl") and (
             self.config.discrimination_prior == "lognormal"
         )
@@ -150,8 +157,7 @@ class IRTModel:
         from .pymc_model import CENTERED_MIN_LLMS
 
         return (
-            self.config.model in ("2pl", "3pl")
-            and self.config.discrimination_prior == "lognormal"
+            self.lognormal_discrimination
             and self.sampler is not None
             and self.sampler.method == "nuts"
             and self.data.n_llms >= CENTERED_MIN_LLMS
@@ -305,11 +311,6 @@ class IRTModel:
                     f"parameterization must be 'auto' or one of {list(ONE_D)}, "
                     f"got {parameterization!r}"
                 )
-            if parameterization == "decoupled-nc" and not self.decoupled_nc_applies:
-                raise ConfigurationError(
-                    "parameterization 'decoupled-nc' applies to the 2PL and 3PL with the "
-                    "lognormal discrimination prior"
-                )
         if adaptation == "auto":
             adaptation = "draw_diag" if parameterization == "decoupled" else "diag"
         import pytensor
@@ -350,12 +351,9 @@ class IRTModel:
             self.diagnostics = summarize(self.posterior, self.idata["sample_stats"].to_dataset())
             warn_if_unconverged(
                 self.diagnostics,
-                hint=self.floor_misfit
-                or (
+                hint=self.convergence_hint(
                     "where many items do not discriminate (GPQA), "
                     "config={'discrimination_prior': 'truncated-normal'} samples faster"
-                    if self.truncated_normal_may_help
-                    else ""
                 ),
             )
         logger.info("%s fit of %s took %.1f s", method, self.config.model, self.wall_seconds)

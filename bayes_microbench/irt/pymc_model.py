@@ -72,6 +72,7 @@ from typing import Any
 
 import numpy as np
 
+from ..exceptions import ConfigurationError
 from .config import IRTConfig
 from .data import IRTData
 
@@ -165,30 +166,20 @@ def build(
 
         if parameterization == "decoupled-nc":
             if not two_pl or truncated:
-                raise ValueError("'decoupled-nc' needs a lognormal-prior 2PL or 3PL")
+                raise ConfigurationError(
+                    "parameterization 'decoupled-nc' applies to the 2PL and 3PL with the "
+                    "lognormal discrimination prior"
+                )
             # the decoupled ability block with non-centered items: the likelihood sees
             # discrimination * s = exp(mu_lat + sd * z), so s meets only mu_lat's prior
             m, theta_lik, log_s = _decoupled_ability(n_l, init["z"].astype(dtype), sphere=True)
-            mu_lat = pm.Flat(
-                "log_disc_mean_scaled", dims="subtask", initval=np.full(n_s, 0.01, dtype=dtype)
-            )
-            pm.Potential(
-                "log_disc_mean_prior",
-                pm.logp(pm.Normal.dist(0.0, config.log_disc_mean_sd), mu_lat - log_s).sum(),
-            )
-            sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
+            mu_lat, sd_la = _scaled_log_disc_mean(config, n_s, dtype, log_s)
             z_la = pm.Normal("log_disc_z", 0.0, 1.0, dims="item", initval=zl_small)
             a_lik = pt.exp(mu_lat[sub] + sd_la[sub] * z_la)
-            # intercept_mean + discrimination * m enters the likelihood; as in
-            # "non-centered", sample it shifted by the subtask's typical discrimination
-            typical = pt.exp(mu_lat - log_s)
-            mu_e = pm.Flat("intercept_mean_shifted", dims="subtask", initval=sub_init.astype(dtype))
-            pm.Potential(
-                "intercept_mean_prior",
-                pm.logp(pm.Normal.dist(0.0, config.intercept_mean_sd), mu_e - typical * m).sum(),
-            )
-            z_d = pm.Normal("intercept_z", 0.0, 1.0, dims="item", initval=zl.astype(dtype))
-            e = mu_e[sub] + (a_lik * pt.exp(-log_s) - typical[sub]) * m + sd_d[sub] * z_d
+            e = _shifted_intercepts(
+                config, m, a_lik * pt.exp(-log_s), pt.exp(mu_lat - log_s), sd_d, sub,
+                sub_init.astype(dtype), zl.astype(dtype),
+            )  # fmt: skip
         elif parameterization == "decoupled":
             m, v, log_s = _decoupled_ability(n_l, init["z"].astype(dtype), sphere=two_pl)
             if two_pl:
@@ -225,16 +216,7 @@ def build(
                     lat = pm.Flat("log_disc_scaled", dims="item", initval=zl_small - 0.5)
                     a_lik = _truncated_normal_discrimination(lat, mu_l, sd_l, sub)
                 else:
-                    mu_lat = pm.Flat(
-                        "log_disc_mean_scaled",
-                        dims="subtask",
-                        initval=np.full(n_s, 0.01, dtype=dtype),
-                    )
-                    pm.Potential(
-                        "log_disc_mean_prior",
-                        pm.logp(pm.Normal.dist(0.0, config.log_disc_mean_sd), mu_lat - log_s).sum(),
-                    )
-                    sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
+                    mu_lat, sd_la = _scaled_log_disc_mean(config, n_s, dtype, log_s)
                     lat = pm.Normal(
                         "log_disc_scaled",
                         mu_lat[sub],
@@ -266,10 +248,7 @@ def build(
         else:
             if parameterization == "non-centered":
                 # location decoupled as in "decoupled": ability = m + u, u zero-sum
-                m = pm.Normal("m", 0.0, 1.0 / np.sqrt(n_l), initval=0.01 / np.sqrt(n_l))
-                theta_lik = pm.ZeroSumNormal(
-                    "u", sigma=1.0, dims="llm", initval=init["z"].astype(dtype)
-                )
+                m, theta_lik, _ = _decoupled_ability(n_l, init["z"].astype(dtype), sphere=False)
             else:
                 theta = pm.Normal("theta", 0.0, 1.0, dims="llm", initval=init["z"].astype(dtype))
                 theta_lik = theta
@@ -309,17 +288,9 @@ def build(
                     a_ref = pt.dot(cast(_subtask_average(sub, n_s)), a_lik)
                 elif a_lik is not None:
                     a_ref = pt.exp(mu_la)
-                mu_e = pm.Flat(
-                    "intercept_mean_shifted", dims="subtask", initval=sub_init.astype(dtype)
+                e = _shifted_intercepts(
+                    config, m, a_lik, a_ref, sd_d, sub, sub_init.astype(dtype), zl.astype(dtype)
                 )
-                pm.Potential(
-                    "intercept_mean_prior",
-                    pm.logp(pm.Normal.dist(0.0, config.intercept_mean_sd), mu_e - a_ref * m).sum(),
-                )
-                z_d = pm.Normal("intercept_z", 0.0, 1.0, dims="item", initval=zl.astype(dtype))
-                a_item = a_lik if a_lik is not None else 1.0
-                a_ref_item = a_ref[sub] if a_lik is not None else 1.0
-                e = mu_e[sub] + (a_item - a_ref_item) * m + sd_d[sub] * z_d
             elif parameterization == "slope-intercept":
                 e = pm.Normal("intercept", mu_d[sub], sd_d[sub], dims="item", initval=e_init)
             else:  # textbook: hierarchical prior on the difficulty, eta = a * (theta - b)
@@ -374,6 +345,53 @@ def _decoupled_ability(n_l: int, z_init: np.ndarray, *, sphere: bool) -> tuple[A
     )
     s2 = pm.Gamma("s2", alpha=(n_l - 1) / 2, beta=(n_l - 1) / 2, initval=1.0)
     return m, u * (r0 / r), 0.5 * pt.log(s2)
+
+
+def _scaled_log_disc_mean(config: IRTConfig, n_s: int, dtype: str, log_s: Any) -> tuple[Any, Any]:
+    """The subtask log-discrimination mean, sampled on the ``discrimination * s`` scale.
+
+    ``log_disc_mean_scaled = log_disc_mean + log s`` (flat, with the configured
+    prior on ``log_disc_mean``) and ``log_disc_sd``; inside a model context.
+    """
+    import pymc as pm
+
+    mu_lat = pm.Flat(
+        "log_disc_mean_scaled", dims="subtask", initval=np.full(n_s, 0.01, dtype=dtype)
+    )
+    pm.Potential(
+        "log_disc_mean_prior",
+        pm.logp(pm.Normal.dist(0.0, config.log_disc_mean_sd), mu_lat - log_s).sum(),
+    )
+    return mu_lat, pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
+
+
+def _shifted_intercepts(
+    config: IRTConfig,
+    m: Any,
+    a: Any,
+    a_ref: Any,
+    sd_d: Any,
+    sub: np.ndarray,
+    mean_init: np.ndarray,
+    z_init: np.ndarray,
+) -> Any:
+    """Non-centered item intercepts plus ``a * m``, inside a model context.
+
+    ``intercept_mean + a * m`` enters the likelihood; its subtask mean is sampled
+    shifted by ``a_ref * m`` (``a_ref``: the subtask's typical discrimination) so
+    that ``m`` nearly drops out. ``a`` None: the 1PL (``a = a_ref = 1``).
+    ``to_saved_scale`` undoes the shift with the same ``a_ref``.
+    """
+    import pymc as pm
+
+    mu_e = pm.Flat("intercept_mean_shifted", dims="subtask", initval=mean_init)
+    pm.Potential(
+        "intercept_mean_prior",
+        pm.logp(pm.Normal.dist(0.0, config.intercept_mean_sd), mu_e - a_ref * m).sum(),
+    )
+    z_d = pm.Normal("intercept_z", 0.0, 1.0, dims="item", initval=z_init)
+    shift = 0.0 if a is None else (a - a_ref[sub]) * m
+    return mu_e[sub] + shift + sd_d[sub] * z_d
 
 
 def _sphere_ability(f64: dict[str, np.ndarray], n_l: int) -> tuple[np.ndarray, np.ndarray]:
