@@ -36,28 +36,21 @@ scale, so ``m`` and ``s`` meet only a few subtask-level parameters.
 For the 1PL (discrimination 1) the scale is identified by the data and only
 the location is decoupled.
 
-Items the data do not discriminate are the exception to centering: an item
-whose item-rest correlation is not 2 standard errors above 0
-(:func:`weakly_informed_items`; on GPQA 273 of 448 items) has a posterior
-discrimination piled up against 0 and shaped by the subtask-level prior, and
-sampled centered those items move together with the subtask hyperparameters
-(in a by-hand run, the leading principal direction of the standardized
-GPQA draws: variance 12 against 1 for a single coordinate, ESS 163 of 1000
-draws, loaded on the hyperparameter ``kappa`` and on these items). They are
-sampled non-centered: ``log(discrimination * s) = mean + sd * z`` under the
-lognormal prior, the truncated normal's inverse CDF of ``z`` under the
-truncated normal. The others stay centered. On GPQA (2PL, truncated normal,
-2 x (1000 + 1000), seeds 0-3, by hand) NUTS went from 24.2-27.7 leapfrog
-steps per draw to 15.0-15.3 with the same per-parameter ESS: 1% quantile of
-the bulk ESS 1109-1272 against 1069-1176, median 1949-2184 against
-2269-2596 (the centered form's quantiles from seeds 0, 2, 3). Neither form
-meets "every R-hat <= 1.01" reliably there: the worst of the R-hats (rank
-and folded, ~1770 parameters) was 1.0089-1.017 for the centered form (2 of 4
-seeds passed) and 1.0105-1.0145 for this one (0 of 4), mostly on parameters
-whose bulk ESS exceeds 1000; in one run (seed 1) one easy, steep item
-(gpqa_main:193, sampled centered) fell to bulk ESS 277. Independent draws
-of that many parameters already give a worst R-hat of 1.004-1.007 in
-2 x 1000 draws (simulated by hand, 5 replicates).
+Tried and dropped: sampling non-centered only the items the data barely
+discriminate (item-rest correlation under 2 standard errors: 273 of GPQA's
+448, whose discriminations pile up against 0 and move with the subtask
+hyperparameters, the slowest direction of the GPQA posterior in a by-hand
+run). On GPQA (2PL, truncated normal, 2 x (1000 + 1000), by hand) it took
+NUTS from 24.2-27.7 leapfrog steps per draw to 15.0-15.3 and kept the 1%
+quantile of the per-parameter bulk ESS (1109-1272 against 1069-1176), but
+the shorter trajectories are less antithetic: median bulk ESS 1949-2184
+against 2269-2596, and the worst R-hat rose to 1.0105-1.0145 (6 of 6 seeds
+above 1.01, against 2 of 4 for the centered form, 1.0089-1.017). Its
+truncated-normal inverse CDF also costs compile time. The worst R-hat over
+this many parameters (~1770, rank and folded) is a noise statistic:
+independent draws already give 1.004-1.007 in 2 x 1000 draws (simulated by
+hand), so "every R-hat <= 1.01" needs near-antithetic draws of every
+parameter, which longer trajectories give.
 
 Discrimination priors (``IRTConfig.discrimination_prior``): the default
 lognormal samples ``log_disc_scaled = log(discrimination * s)``. The opt-in
@@ -107,10 +100,6 @@ CENTERED_MIN_LLMS = 100
 #: Prior sd of the radius of ``u`` around sqrt(n-1): close to each u's posterior sd.
 RADIUS_SD = 0.3
 
-#: Standard errors of item-ability correlation below which "decoupled" samples an
-#: item's discrimination non-centered (:func:`weakly_informed_items`).
-WEAK_ITEM_Z = 2.0
-
 
 def initial_values(data: IRTData) -> dict[str, np.ndarray]:
     """Data-driven starting values: standardized llm accuracy and item logits."""
@@ -147,56 +136,6 @@ def item_centers(data: IRTData, init: dict[str, np.ndarray] | None = None) -> np
     w = p * (1.0 - p) * data.observed
     tot = w.sum(axis=0)
     return np.where(tot > 0, (w * z[:, None]).sum(axis=0) / np.maximum(tot, 1e-12), 0.0)
-
-
-def weakly_informed_items(data: IRTData) -> np.ndarray:
-    """Items whose discrimination the data barely inform: NUTS samples them non-centered.
-
-    An item is weakly informed when its item-rest correlation ``r`` (over its
-    ``n`` observed llms, between its responses and each llm's accuracy on its
-    other items) is not :data:`WEAK_ITEM_Z` standard errors above 0:
-    ``r * sqrt(n - 1) < WEAK_ITEM_Z``. Constant items (all right or all
-    wrong) are weakly informed. Such an item's posterior discrimination piles
-    up against 0 and follows the subtask-level prior, which a centered
-    parameterization couples to the subtask hyperparameters; the others are
-    pinned by the data and sampled centered.
-    """
-    obs = data.observed
-    y = np.where(obs, data.values, 0.0)
-    n = obs.sum(axis=0)
-    # each llm's accuracy on its other observed items
-    rest = (y.sum(axis=1, keepdims=True) - y) / np.maximum(obs.sum(axis=1, keepdims=True) - obs, 1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        d_rest = np.where(obs, rest - np.where(obs, rest, 0.0).sum(axis=0) / n, 0.0)
-        d_y = np.where(obs, y - y.sum(axis=0) / n, 0.0)
-        r = (d_rest * d_y).sum(axis=0) / np.sqrt((d_rest**2).sum(axis=0) * (d_y**2).sum(axis=0))
-    strong = np.nan_to_num(r, nan=0.0) * np.sqrt(np.maximum(n - 1, 0)) >= WEAK_ITEM_Z
-    return ~strong
-
-
-def _split_items(weak: np.ndarray, centered: Any, noncentered: Any, dtype: str) -> Any:
-    """One item vector from ``centered(idx)`` on the strong and ``noncentered(idx)`` on the weak items."""
-    import pytensor.tensor as pt
-
-    strong_idx, weak_idx = np.nonzero(~weak)[0], np.nonzero(weak)[0]
-    if not len(weak_idx):
-        return centered(strong_idx)
-    if not len(strong_idx):
-        return noncentered(weak_idx)
-    out = pt.zeros(len(weak), dtype=dtype)
-    out = pt.set_subtensor(out[strong_idx], centered(strong_idx))
-    return pt.set_subtensor(out[weak_idx], noncentered(weak_idx))
-
-
-def _join_items(weak: np.ndarray, centered: Any, noncentered: Any) -> np.ndarray:
-    """The saved-scale counterpart of :func:`_split_items` (draws in the leading dims)."""
-    part = centered if noncentered is None else noncentered
-    out = np.zeros((*part.shape[:-1], len(weak)))
-    if centered is not None:
-        out[..., ~weak] = centered
-    if noncentered is not None:
-        out[..., weak] = noncentered
-    return out
 
 
 def build(
@@ -261,10 +200,6 @@ def build(
             m, v, log_s = _decoupled_ability(n_l, init["z"].astype(dtype), sphere=two_pl)
             if two_pl:
                 s = pt.exp(log_s)
-                # items the data barely inform are sampled non-centered (standard
-                # normal z, starting below 0: their discriminations sit near 0)
-                weak = weakly_informed_items(data)
-                z_weak = np.full(data.n_items, -0.5, dtype=dtype)
                 if truncated:
                     # a_lik = discrimination * s ~ TruncatedNormal(mean * s, sd * s, lower=0),
                     # with the hyperparameters sampled on that scale too, so that s meets
@@ -294,37 +229,18 @@ def build(
                             - 2 * log_s
                         ).sum(),
                     )
-
-                    def tn_centered(idx: np.ndarray) -> Any:
-                        lat = pm.Flat(
-                            "log_disc_scaled", shape=len(idx), initval=(zl_small - 0.5)[idx]
-                        )
-                        return _truncated_normal_discrimination(lat, mu_l, sd_l, sub[idx])
-
-                    def tn_noncentered(idx: np.ndarray) -> Any:
-                        z_a = pm.Normal("disc_z", 0.0, 1.0, shape=len(idx), initval=z_weak[idx])
-                        return _truncated_normal_quantile(pt, z_a, mu_l[sub[idx]], sd_l[sub[idx]])
-
-                    a_lik = _split_items(weak, tn_centered, tn_noncentered, dtype)
+                    lat = pm.Flat("log_disc_scaled", dims="item", initval=zl_small - 0.5)
+                    a_lik = _truncated_normal_discrimination(lat, mu_l, sd_l, sub)
                 else:
                     mu_lat, sd_la = _scaled_log_disc_mean(config, n_s, dtype, log_s)
-
-                    def ln_centered(idx: np.ndarray) -> Any:
-                        return pm.Normal(
-                            "log_disc_scaled",
-                            mu_lat[sub[idx]],
-                            sd_la[sub[idx]],
-                            shape=len(idx),
-                            initval=(0.01 + zl_small)[idx],
-                        )
-
-                    def ln_noncentered(idx: np.ndarray) -> Any:
-                        z_la = pm.Normal(
-                            "log_disc_z", 0.0, 1.0, shape=len(idx), initval=z_weak[idx]
-                        )
-                        return mu_lat[sub[idx]] + sd_la[sub[idx]] * z_la
-
-                    a_lik = pt.exp(_split_items(weak, ln_centered, ln_noncentered, dtype))
+                    lat = pm.Normal(
+                        "log_disc_scaled",
+                        mu_lat[sub],
+                        sd_la[sub],
+                        dims="item",
+                        initval=0.01 + zl_small,
+                    )
+                    a_lik = pt.exp(lat)
                 a_true = a_lik / s
                 centers = item_centers(data, init)
                 e_c = pm.Flat("e", dims="item", initval=(e_init + centers).astype(dtype))
@@ -616,36 +532,17 @@ def to_saved_scale(
         u = f64["u"]
         if two_pl:
             ability, s = _sphere_ability(f64, n_l)
-            weak = weakly_informed_items(data)
-            ws = data.subtask_codes[weak]  # the weak items' subtasks
-            centered = f64.get("log_disc_scaled")
-            if truncated:
-                sd_l = np.exp(f64["log_disc_sd_scaled"])
-                mu_l = f64["disc_kappa_scaled"] * sd_l**2
-                z_a = f64.get("disc_z")
-                a_lik = _join_items(
-                    weak,
-                    None if centered is None else np.exp(centered),
-                    None if z_a is None else _truncated_normal_quantile(
-                        np, z_a, mu_l[..., ws], sd_l[..., ws]
-                    ),
-                )  # fmt: skip
-                out["disc_mean"] = (("subtask",), mu_l / s)
-                out["disc_sd"] = (("subtask",), sd_l / s)
-            else:
-                z_la = f64.get("log_disc_z")
-                mu_lat, sd_la = f64["log_disc_mean_scaled"], f64["log_disc_sd"]
-                a_lik = np.exp(
-                    _join_items(
-                        weak,
-                        centered,
-                        None if z_la is None else mu_lat[..., ws] + sd_la[..., ws] * z_la,
-                    )
-                )
-                out["log_disc_mean"] = (("subtask",), mu_lat - np.log(s))
-                out["log_disc_sd"] = (("subtask",), sd_la)
+            a_lik = np.exp(f64["log_disc_scaled"])
             a = a_lik / s
             intercept = f64["e"] - a_lik * item_centers(data) - a * m
+            if truncated:
+                sd_l = np.exp(f64["log_disc_sd_scaled"])
+                out["disc_mean"] = (("subtask",), f64["disc_kappa_scaled"] * sd_l**2 / s)
+                out["disc_sd"] = (("subtask",), sd_l / s)
+            else:
+                log_disc_mean = f64["log_disc_mean_scaled"] - np.log(s)
+                out["log_disc_mean"] = (("subtask",), log_disc_mean)
+                out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
         else:
             ability = m + u
             a = np.ones((*lead, n_i))
