@@ -388,7 +388,8 @@ def report(
             lines += [
                 f"{run['date']}, commit {run['commit']}, 2 x ({run['tune']} + {run['draws']}), "
                 f"seed {run['seed']}; {note}."
-                + (f" Source: {run['source']}." if run.get("source") else ""),
+                + (f" Source: {run['source']}." if run.get("source") else "")
+                + (f" Note: {run['note']}." if run.get("note") else ""),
                 "",
                 HEAD,
                 "|---|---|---|---|---|---|---|---|---|---|",
