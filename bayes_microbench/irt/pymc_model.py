@@ -42,18 +42,18 @@ discriminate (item-rest correlation under 2 standard errors: 273 of GPQA's
 hyperparameters, the slowest direction of the GPQA posterior in a by-hand
 run). On GPQA (2PL, truncated normal, 2 x (1000 + 1000), by hand) it took
 NUTS from 24.2-27.7 leapfrog steps per draw to 15.0-15.3 and kept the 1%
-quantile of the per-parameter bulk ESS (1109-1272 against 1069-1176), but
-the shorter trajectories are less antithetic: median bulk ESS 1949-2184
-against 2269-2596, and the worst R-hat rose to 1.0105-1.0145 (above 1.01
-in all 6 runs: seeds 0-3, and 0-1 again with a cheaper inverse CDF; a
-variant that flagged 257 items passed 2 of 4), against 1.0089-1.017 for the
-centered form (2 of 4 seeds passed). The truncated-normal inverse CDF also
-cost about 2 s of compile time. The worst R-hat over
-this many parameters (~1770, rank and folded) is a noise statistic
-(``benchmarks/study_rhat_noise.py``: for stationary chains its median is
-1.0058 with independent draws and 1.0104 with a bulk ESS near 1000), so
-"every R-hat <= 1.01" needs a high ESS for every parameter, which the longer,
-more antithetic trajectories give.
+quantile of the per-parameter bulk ESS (1109-1272 against 1069-1176 for the
+centered form, whose quantiles come from seeds 0, 2 and 3), but the shorter
+trajectories are less antithetic: median bulk ESS 1949-2184 against
+2269-2596, and the worst R-hat rose to 1.0105-1.0145 (above 1.01 in all 6
+runs: seeds 0-3, and 0-1 again with a cheaper inverse CDF; a variant that
+flagged 257 items passed 2 of 4), against 1.0089-1.017 for the centered form
+(2 of 4 seeds passed). The truncated-normal inverse CDF also cost about 2 s
+of compile time. The worst R-hat over this many parameters (~1770, rank and
+folded) is a noise statistic (``benchmarks/study_rhat_noise.py``: for
+stationary chains its median is 1.0058 with independent draws and 1.0104
+with a bulk ESS near 1000), so "every R-hat <= 1.01" needs a high ESS for
+every parameter, which the longer, more antithetic trajectories give.
 
 Discrimination priors (``IRTConfig.discrimination_prior``): the default
 lognormal samples ``log_disc_scaled = log(discrimination * s)``. The opt-in
