@@ -141,11 +141,11 @@ def _below_floor(values: np.ndarray, items: np.ndarray, floors: np.ndarray) -> l
     158 of the 448 items are. They are named in the log and the saved file;
     the 2PL has no floor to contradict.
     """
+    fixed = np.isfinite(floors) & (floors > 0)
+    if not fixed.any():  # no fixed floor (1PL, 2PL, learned floors): nothing to check
+        return []
     from scipy import special
 
-    fixed = np.isfinite(floors) & (floors > 0)
-    if not fixed.any():
-        return []
     observed = ~np.isnan(values)
     n = observed.sum(axis=0)
     k = np.where(observed, values, 0.0).sum(axis=0)
