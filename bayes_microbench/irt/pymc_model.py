@@ -54,6 +54,10 @@ folded) is a noise statistic (``benchmarks/study_rhat_noise.py``: for
 stationary chains its median is 1.0058 with independent draws and 1.0104
 with a bulk ESS near 1000), so "every R-hat <= 1.01" needs a high ESS for
 every parameter, which the longer, more antithetic trajectories give.
+Also dropped (by hand, GPQA, seed 0; runs in the benchmark report): a folded
+discrimination (``discrimination * s = |r|`` with ``r`` unconstrained, so that
+items near 0 are not stretched by a log) needed 127 leapfrog steps per draw;
+nutpie's low-rank mass matrix and its Numba back end were far slower.
 
 Discrimination priors (``IRTConfig.discrimination_prior``): the default
 lognormal samples ``log_disc_scaled = log(discrimination * s)``. The opt-in
