@@ -1,0 +1,182 @@
+"""NUTS below 100 llms: which parameterization and discrimination prior sample real matrices.
+
+``fit(parameterization="auto")`` samples a lognormal 2PL of fewer than
+``CENTERED_MIN_LLMS`` llms in the ``"decoupled-nc"`` form (non-centered items),
+chosen on 40 x 50 simulated matrices and on BBH / MMLU-Pro against the plain
+non-centered form. This study compares it, on the real PredictaBoard matrices
+of 78-81 llms, with the centered ``"decoupled"`` form under both
+discrimination priors.
+
+Each (data, variant) is one 2PL NUTS fit, 2 chains x (1000 tune + 1000 draws),
+seed 0, in a fresh process (as a user's fit runs: chains in forked workers).
+Reported: the fit call's wall time, the worst R-hat and bulk / tail ESS over the
+checked parameters (and which parameter), divergences, leapfrog steps per draw.
+Converged = the package's own check (every R-hat <= 1.01, every ESS >= 400, no
+divergences).
+
+Usage::
+
+    .venv/bin/python benchmarks/study_small_matrices.py [--data ifeval,musr,math-hard]
+        [--variants decoupled-nc,decoupled,decoupled-tn] [--seed 0] [--no-report]
+
+BBH (78 x 5761) and MMLU-Pro (43 x 12032) are accepted by ``--data`` but take
+10-20 minutes per fit here. Results accumulate in
+``benchmarks/results/small_matrices.json`` (a rerun of a (data, variant, seed)
+replaces its row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import commit, write_section
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent.parent / "shared" / "data" / "predictaboard-oll-v2"
+RESULTS = HERE / "results" / "small_matrices.json"
+DATASETS = ("ifeval", "musr", "math-hard", "bbh", "mmlu-pro")
+DEFAULT_DATA = ("ifeval", "musr", "math-hard")
+#: variant -> (parameterization, discrimination prior)
+VARIANTS = {
+    "decoupled-nc": ("decoupled-nc", "lognormal"),
+    "decoupled": ("decoupled", "lognormal"),
+    "decoupled-tn": ("decoupled", "truncated-normal"),
+}
+
+
+def one(data: str, variant: str, seed: int) -> dict:
+    """Fit one (data, variant) in this process; the row of the report."""
+    import warnings
+
+    from bayes_microbench import load_responses
+    from bayes_microbench.irt import IRTModel
+
+    parameterization, prior = VARIANTS[variant]
+    resp = load_responses(str(DATA / f"{data}.csv"))
+    model = IRTModel(resp, "2pl", config={"discrimination_prior": prior})
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the row reports what the warning would say
+        fit = model.fit(
+            "nuts",
+            chains=2,
+            draws=1000,
+            tune=1000,
+            random_seed=seed,
+            progressbar=False,
+            parameterization=parameterization,
+        )
+    wall = time.perf_counter() - t
+    d = fit.diagnostics
+    assert d is not None
+    return {
+        "data": data,
+        "shape": f"{resp.n_llms} x {resp.n_items}",
+        "variant": variant,
+        "seed": seed,
+        "wall_s": wall,
+        "max_rhat": d.max_rhat,
+        "worst_rhat": d.worst_rhat,
+        "min_ess_bulk": d.min_ess_bulk,
+        "worst_ess_bulk": d.worst_ess_bulk,
+        "min_ess_tail": d.min_ess_tail,
+        "divergences": d.divergences,
+        "steps": d.mean_tree_size,
+        "converged": d.ok,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| data | llms x items | variant | fit s | max R-hat | min bulk ESS | min tail ESS "
+        "| divergences | steps/draw | converged | worst R-hat at | lowest bulk ESS at | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = {name: k for k, name in enumerate(DATASETS)}
+    vorder = {name: k for k, name in enumerate(VARIANTS)}
+    for r in sorted(rows, key=lambda r: (order[r["data"]], r["seed"], vorder[r["variant"]])):
+        lines.append(
+            f"| {r['data']} | {r['shape']} | {r['variant']} | {r['wall_s']:.0f} "
+            f"| {r['max_rhat']:.4f} | {r['min_ess_bulk']:.0f} | {r['min_ess_tail']:.0f} "
+            f"| {r['divergences']} | {r['steps']:.1f} | {r['converged']} "
+            f"| {r['worst_rhat']} | {r['worst_ess_bulk']} | {r['load']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=",".join(DEFAULT_DATA))
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-report", action="store_true")
+    parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print("ROW " + json.dumps(one(args.one[0], args.one[1], args.seed), default=float))
+        return 0
+    datasets = [d for d in args.data.split(",") if d]
+    variants = [v for v in args.variants.split(",") if v]
+    for name in datasets:
+        if name not in DATASETS:
+            parser.error(f"unknown data {name!r}; known: {list(DATASETS)}")
+        if not (DATA / f"{name}.csv").exists():
+            print(f"{DATA / name}.csv not present; nothing to study", file=sys.stderr)
+            return 1
+    for name in variants:
+        if name not in VARIANTS:
+            parser.error(f"unknown variant {name!r}; known: {list(VARIANTS)}")
+    saved = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for data in datasets:
+        for variant in variants:
+            load = os.getloadavg()[0]
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", data, variant, "--seed", str(args.seed)],
+                capture_output=True,
+                text=True,
+            )
+            lines = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
+            if out.returncode != 0 or not lines:
+                print(f"{data} {variant}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+                return 1
+            row = json.loads(lines[-1][4:])
+            row.update(load=load, date=stamp, commit=commit())
+            print(json.dumps(row), flush=True)
+            key = (data, variant, args.seed)
+            saved = [r for r in saved if (r["data"], r["variant"], r["seed"]) != key] + [row]
+            RESULTS.parent.mkdir(exist_ok=True)
+            RESULTS.write_text(json.dumps({"rows": saved}, indent=1) + "\n")
+    if not args.no_report:
+        runs = sorted({(r["date"], r["commit"]) for r in saved})
+        body = "\n\n".join(
+            [
+                (
+                    "2PL NUTS, 2 chains x (1000 tune + 1000 draws), one fresh process per "
+                    "row; fit s = the fit call (build, compile, sampling). Variants: "
+                    "`decoupled-nc` = what `parameterization='auto'` samples below "
+                    "`CENTERED_MIN_LLMS` llms (lognormal prior, non-centered items); "
+                    "`decoupled` = the centered form used from that many llms on; "
+                    "`-tn` = the truncated-normal discrimination prior. `load` = the "
+                    "1-minute load average at the row's start (2 shared cores: wall "
+                    "times inflate with load). Rows from "
+                    + "; ".join(f"{d} (commit {c})" for d, c in runs)
+                    + "."
+                ),
+                table(saved),
+            ]
+        )
+        write_section("study_small_matrices", "NUTS below 100 llms: real matrices", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
