@@ -279,6 +279,15 @@ def test_nuts_recovers_truth_on_tiny_data(tiny):
     assert (post["discrimination"] > 0).all()
 
 
+def test_an_unconverged_decoupled_nc_fit_names_the_centered_items(tiny):
+    from bayes_microbench.irt.model import SMALL_MATRIX_HINT
+
+    _, _, fit = tiny  # 40 llms: decoupled-nc, and the truncated normal is not suggested
+    assert fit.convergence_hint("truncated normal", "centered items") == "centered items"
+    assert fit.convergence_hint("truncated normal") == ""
+    assert "below 100 llms" in SMALL_MATRIX_HINT.format(centered="x")
+
+
 def test_diagnostics_attached(tiny):
     _, _, fit = tiny
     d = fit.diagnostics
@@ -376,6 +385,18 @@ def test_cli_fit_json(tmp_path, capsys):
     assert main(bad_prior) == 2
     assert "--discrimination-prior applies to --model 2pl and 3pl" in capsys.readouterr().err
     assert not (tmp_path / "q.nc").exists()
+    # the parameterization passes through; an inapplicable one is one line, exit 2
+    chosen = ["fit", "--responses", str(tmp_path / "r.csv"), "--method", "map", "--json",
+              "--quiet", "--parameterization", "decoupled", "--output", str(tmp_path / "d.nc")]  # fmt: skip
+    assert main(chosen) == 0
+    assert json.loads(capsys.readouterr().out)["parameterization"] == "decoupled"
+    bad_param = ["fit", "--responses", str(tmp_path / "r.csv"), "--parameterization",
+                 "decoupled-nc", "--discrimination-prior", "truncated-normal",
+                 "--output", str(tmp_path / "q.nc")]  # fmt: skip
+    assert main(bad_param) == 2
+    err = capsys.readouterr().err
+    assert "'decoupled-nc' applies to the 2PL and 3PL with the lognormal" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "q.nc").exists()
 
 
 def test_cli_unconverged_3pl_names_the_items_below_their_floor(tmp_path, capsys):

@@ -62,6 +62,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "many non-discriminating items (GPQA) faster; measured for NUTS on >= 100 llms",
     )
     p.add_argument(
+        "--parameterization",
+        default="auto",
+        metavar="NAME",
+        help="what NUTS samples: auto (default: decoupled from 100 llms, decoupled-nc below "
+        "for a lognormal 2PL/3PL, else non-centered), decoupled (centered items), "
+        "decoupled-nc, non-centered; 2pl-md: centered or non-centered",
+    )
+    p.add_argument(
         "--n-options",
         type=int,
         default=None,
@@ -91,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from ..exceptions import ConvergenceWarning, UserInputError
     from ..io import load_responses
     from ..irt import IRTModel
+    from ..irt.model import SMALL_MATRIX_HINT
 
     out = Path(args.output)
     if out.suffix.lower() not in (".nc", ".netcdf", ".h5"):
@@ -128,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
             random_seed=args.seed,
             progressbar=args.progress and not args.quiet,
             backend=args.backend,
+            parameterization=args.parameterization,
         )
     diag = model.diagnostics
     converged = diag is None or diag.ok
@@ -174,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
         )
         hint = model.convergence_hint(
             "where many items do not discriminate (GPQA) --discrimination-prior "
-            "truncated-normal samples faster and converges more often"
+            "truncated-normal samples faster and converges more often",
+            SMALL_MATRIX_HINT.format(centered="--parameterization decoupled"),
         )
         print(
             f"bayes-microbench: {'warning' if written else 'error'}: the fit did not converge "

@@ -28,6 +28,14 @@ from .diagnostics import ConvergenceSummary, summarize, warn_if_unconverged
 
 logger = logging.getLogger(__name__)
 
+#: What an unconverged ``"decoupled-nc"`` NUTS fit suggests (``{centered}``: how to
+#: ask for the centered items in the caller's interface).
+SMALL_MATRIX_HINT = (
+    "below 100 llms no parameterization has converged on every real matrix measured; "
+    "{centered} (centered items) mixed better on all five PredictaBoard matrices, "
+    "with divergences on three (benchmarks/README.md, 'NUTS below 100 llms')"
+)
+
 #: nutpie's mass-matrix adaptations (see ``IRTModel.fit``).
 ADAPTATIONS = ("auto", "draw_diag", "diag", "low_rank")
 
@@ -115,16 +123,22 @@ class IRTModel:
             f"{len(below)} (items_below_floor in the log); a 3PL cannot fit them: use the 2PL"
         )
 
-    def convergence_hint(self, truncated_normal: str) -> str:
+    def convergence_hint(self, truncated_normal: str, centered_items: str = "") -> str:
         """The remedy an unconverged NUTS fit names ("" when none is known).
 
         :attr:`floor_misfit` where it applies, else ``truncated_normal`` (the
         caller's phrasing of the truncated-normal prior) where
-        :attr:`truncated_normal_may_help`.
+        :attr:`truncated_normal_may_help`, else ``centered_items`` (the caller's
+        phrasing of ``parameterization="decoupled"``) after a ``"decoupled-nc"``
+        fit: on every real matrix of fewer than 100 llms measured the centered
+        items mixed better, though with divergences on some
+        (``benchmarks/study_small_matrices.py``).
         """
         if self.floor_misfit:
             return self.floor_misfit
-        return truncated_normal if self.truncated_normal_may_help else ""
+        if self.truncated_normal_may_help:
+            return truncated_normal
+        return centered_items if self.parameterization == "decoupled-nc" else ""
 
     def auto_parameterization(self, method: str) -> str:
         """The parameterization ``fit(method, parameterization="auto")`` samples in."""
@@ -357,7 +371,8 @@ class IRTModel:
                 self.diagnostics,
                 hint=self.convergence_hint(
                     "where many items do not discriminate (GPQA), "
-                    "config={'discrimination_prior': 'truncated-normal'} samples faster"
+                    "config={'discrimination_prior': 'truncated-normal'} samples faster",
+                    SMALL_MATRIX_HINT.format(centered="parameterization='decoupled'"),
                 ),
             )
         logger.info("%s fit of %s took %.1f s", method, self.config.model, self.wall_seconds)

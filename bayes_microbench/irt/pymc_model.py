@@ -82,7 +82,12 @@ what ``"non-centered"`` samples worst. On BBH (78 llms x 5761 items) and
 MMLU-Pro (43 x 12032), 2 x (1000 + 1000), the worst R-hat went 1.104 -> 1.039
 and 1.027 -> 1.019 and the worst bulk ESS 15 -> 55 and 43 -> 150 (by hand,
 one run each, no divergences; still short of converging); on 40-60 llm
-simulated matrices the two were alike.
+simulated matrices the two were alike. Against the centered ``"decoupled"``
+form on the five PredictaBoard matrices (43-81 llms, seed 0;
+``benchmarks/study_small_matrices.py``) it mixed worse everywhere (IFEval
+converged only centered), but the centered lognormal form diverged on three
+of them (MuSR, BBH, MMLU-Pro), so it stays the default there and an
+unconverged fit names the centered form as what to try next.
 
 ``"slope-intercept"`` (centered ``a * theta + d`` with ``theta ~ N(0, 1)``) and
 ``"textbook"`` (centered ``a * (theta - b)``) are kept for the sampling
