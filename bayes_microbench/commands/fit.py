@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=["lognormal", "truncated-normal"],
         default="lognormal",
         help="2PL/3PL: lognormal (default) or truncated-normal, which samples matrices with "
-        "many non-discriminating items (GPQA) faster; measured for NUTS on >= 100 llms",
+        "many non-discriminating items (GPQA) faster; below 100 llms it removed the "
+        "centered form's divergences (benchmarks/README.md)",
     )
     p.add_argument(
         "--parameterization",

@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 SMALL_MATRIX_HINT = (
     "below 100 llms no parameterization has converged on every real matrix measured; "
     "{centered} (centered items) mixed better on all five PredictaBoard matrices, "
-    "with divergences on three (benchmarks/README.md, 'NUTS below 100 llms')"
+    "diverging on three with the lognormal prior and on none with the truncated normal "
+    "(benchmarks/README.md, 'NUTS below 100 llms')"
 )
 
 #: nutpie's mass-matrix adaptations (see ``IRTModel.fit``).
