@@ -75,22 +75,14 @@ def one(data: str, variant: str, seed: int) -> dict:
             parameterization=parameterization,
         )
     wall = time.perf_counter() - t
-    d = fit.diagnostics
-    assert d is not None
+    assert fit.diagnostics is not None
     return {
         "data": data,
         "shape": f"{resp.n_llms} x {resp.n_items}",
         "variant": variant,
         "seed": seed,
         "wall_s": wall,
-        "max_rhat": d.max_rhat,
-        "worst_rhat": d.worst_rhat,
-        "min_ess_bulk": d.min_ess_bulk,
-        "worst_ess_bulk": d.worst_ess_bulk,
-        "min_ess_tail": d.min_ess_tail,
-        "divergences": d.divergences,
-        "steps": d.mean_tree_size,
-        "converged": d.ok,
+        **fit.diagnostics.to_dict(),
     }
 
 
@@ -106,7 +98,7 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['data']} | {r['shape']} | {r['variant']} | {r['wall_s']:.0f} "
             f"| {r['max_rhat']:.4f} | {r['min_ess_bulk']:.0f} | {r['min_ess_tail']:.0f} "
-            f"| {r['divergences']} | {r['steps']:.1f} | {r['converged']} "
+            f"| {r['divergences']} | {r['mean_tree_size']:.1f} | {r['ok']} "
             f"| {r['worst_rhat']} | {r['worst_ess_bulk']} | {r['load']:.1f} |"
         )
     return "\n".join(lines)
