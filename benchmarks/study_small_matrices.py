@@ -4,7 +4,7 @@
 ``CENTERED_MIN_LLMS`` llms in the ``"decoupled-nc"`` form (non-centered items),
 chosen on 40 x 50 simulated matrices and on BBH / MMLU-Pro against the plain
 non-centered form. This study compares it, on the real PredictaBoard matrices
-of 78-81 llms, with the centered ``"decoupled"`` form under both
+(43-81 llms), with the centered ``"decoupled"`` form under both
 discrimination priors.
 
 Each (data, variant) is one 2PL NUTS fit, 2 chains x (1000 tune + 1000 draws),
