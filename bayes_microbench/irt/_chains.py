@@ -99,13 +99,12 @@ def lean_logp(compiled: Any) -> Any:
     import dataclasses
 
     raw = getattr(compiled, "_raw_logp_fn", None)
-    if (
-        raw is None
-        or getattr(compiled, "_shared_data", None)
-        or not dataclasses.is_dataclass(compiled)
-    ):
-        return compiled
-    if "_make_logp_func" not in {f.name for f in dataclasses.fields(compiled)}:
+    fields = (
+        {f.name for f in dataclasses.fields(compiled)}
+        if dataclasses.is_dataclass(compiled)
+        else set()
+    )
+    if raw is None or getattr(compiled, "_shared_data", None) or "_make_logp_func" not in fields:
         return compiled
     import jax
     import jax.numpy as jnp
