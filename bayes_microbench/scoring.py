@@ -7,9 +7,12 @@ The item posterior (the ``posterior`` group of a fitted IRT model, see
     P(correct) = guessing + (1 - guessing) * logistic(discrimination * (ability - difficulty))
 
 with the llm population ``ability ~ Normal(0, 1)`` fixed by identification.
-A multidimensional 2PL posterior (``2pl-md``) is refused by :func:`item_draws`
-with one line (scoring, design and the Bayesian selectors need a 1-D ability):
-fit a 1-D model for them.
+A multidimensional 2PL posterior (``2pl-md``, ``D`` ability dims) is scored
+the same way on a ``D``-dimensional product grid (prior ``Normal(0, I_D)``,
+``logit P = loadings_i . ability + intercept_i``), for ``D`` up to
+:data:`MAX_SCORING_DIMS`; ``ability`` then carries a ``dim`` dim. Design and
+the Bayesian selectors need a 1-D ability: :func:`item_draws` refuses a
+``2pl-md`` posterior for them with one line.
 
 For a new llm with responses ``y`` on a subset ``O`` of the items, for every
 posterior draw ``s`` of the item parameters we compute the conditional
@@ -79,6 +82,12 @@ DEFAULT_MAX_DRAWS = 1000
 #: Ability quadrature grid: ``N_GRID`` points evenly spaced on ``[-GRID_LIMIT, GRID_LIMIT]``.
 GRID_LIMIT = 6.0
 N_GRID = 161
+#: Points per dimension of the product grid that scores a ``2pl-md`` posterior
+#: (``N_GRID_MD ** D`` points on ``[-GRID_LIMIT, GRID_LIMIT] ** D``).
+N_GRID_MD = 61
+#: The most ability dimensions a ``2pl-md`` posterior may have to be scored
+#: (the grid grows as ``N_GRID_MD ** D``).
+MAX_SCORING_DIMS = 2
 _CHUNK_CELLS = 6_000_000  # draws x grid x items per chunk (about 48 MB of float64)
 #: Probability levels at which a :class:`Misfit` stores its standardized residual quantiles.
 _LEVELS = np.linspace(0.0, 1.0, 401)
@@ -90,7 +99,10 @@ class ItemDraws:
 
     ``discrimination``, ``difficulty`` and ``guessing`` have shape
     ``(n_chains * n_draws, n_items)``; ``chain`` and ``draw`` give the
-    labels of each flattened draw.
+    labels of each flattened draw. For a ``2pl-md`` posterior ``loadings``
+    holds the loadings ``(n_draws, n_items, D)``, ``discrimination`` their
+    norms and ``difficulty`` the multidimensional difficulty, so that
+    ``logit P = loadings_i . ability - discrimination_i * difficulty_i``.
     """
 
     items: np.ndarray
@@ -100,6 +112,12 @@ class ItemDraws:
     guessing: np.ndarray
     chain: np.ndarray
     draw: np.ndarray
+    loadings: np.ndarray | None = None
+
+    @property
+    def n_dims(self) -> int:
+        """Ability dimensions: 1, or ``D`` for a ``2pl-md`` posterior."""
+        return 1 if self.loadings is None else int(self.loadings.shape[2])
 
     @property
     def n_draws(self) -> int:
@@ -131,6 +149,7 @@ class ItemDraws:
             guessing=self.guessing[which],
             chain=self.chain[which],
             draw=self.draw[which],
+            loadings=None if self.loadings is None else self.loadings[which],
         )
 
     def subset(self, positions: np.ndarray) -> ItemDraws:
@@ -143,6 +162,7 @@ class ItemDraws:
             guessing=self.guessing[:, positions],
             chain=self.chain,
             draw=self.draw,
+            loadings=None if self.loadings is None else self.loadings[:, positions],
         )
 
     def mean(self) -> ItemDraws:
@@ -155,12 +175,26 @@ class ItemDraws:
             guessing=self.guessing.mean(axis=0, keepdims=True),
             chain=self.chain[:1],
             draw=self.draw[:1],
+            loadings=None if self.loadings is None else self.loadings.mean(axis=0, keepdims=True),
         )
 
-    def prob(self, ability: np.ndarray, dtype: type = np.float64) -> np.ndarray:
-        """P(correct) with ``ability`` of shape ``(n_draws, K)``: returns ``(n_draws, K, n_items)``."""
+    def logit(self, ability: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+        """``logit P(correct)`` minus the floor: ``(n_draws, K, n_items)``.
+
+        ``ability``: ``(n_draws, K)``, or ``(n_draws, K, D)`` for a ``2pl-md``
+        posterior (``(n_draws or 1, K, D)`` and a shared grid both broadcast).
+        """
         a: np.ndarray = self.discrimination[:, None, :].astype(dtype)
-        eta = a * (ability[:, :, None].astype(dtype) - self.difficulty[:, None, :].astype(dtype))
+        b: np.ndarray = self.difficulty[:, None, :].astype(dtype)
+        if self.loadings is None:
+            return a * (ability[:, :, None].astype(dtype) - b)
+        loadings: np.ndarray = np.swapaxes(self.loadings, 1, 2).astype(dtype)  # (s, D, I)
+        return np.matmul(ability.astype(dtype), loadings) - a * b
+
+    def prob(self, ability: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+        """P(correct) with ``ability`` of shape ``(n_draws, K)`` (``(n_draws, K, D)`` for
+        a ``2pl-md`` posterior): returns ``(n_draws, K, n_items)``."""
+        eta = self.logit(ability, dtype)
         c: np.ndarray = self.guessing[:, None, :].astype(dtype)
         # logistic via tanh: one transcendental per cell, stable for any eta
         return c + (1 - c) * (0.5 + 0.5 * np.tanh(0.5 * eta))
@@ -212,6 +246,7 @@ def item_draws(
     *,
     max_draws: int | None = DEFAULT_MAX_DRAWS,
     where: str = "posterior",
+    multidim: bool = False,
 ) -> ItemDraws:
     """Extract the item-parameter draws of a posterior as arrays.
 
@@ -227,14 +262,31 @@ def item_draws(
         (deterministic); ``None`` keeps all.
     where
         Names the posterior in error messages.
+    multidim
+        Accept a ``2pl-md`` posterior with at most :data:`MAX_SCORING_DIMS`
+        ability dims (scoring does; design and the selectors need a 1-D
+        ability and refuse it).
     """
     ds = _as_dataset(posterior)
+    n_dims = 0
     if "discrimination" in ds and "dim" in ds["discrimination"].dims:
-        raise UserInputError(
-            f"{where}: a multidimensional 2PL posterior ('2pl-md', {ds.sizes['dim']} ability "
-            "dims); scoring and design work on a 1-D ability: fit a 1-D model "
-            "('bayes-microbench fit --model 2pl') for them"
-        )
+        n_dims = int(ds.sizes["dim"])
+        if not multidim:
+            raise UserInputError(
+                f"{where}: a multidimensional 2PL posterior ('2pl-md', {n_dims} ability "
+                "dims); design and the Bayesian selectors work on a 1-D ability: fit a 1-D "
+                "model ('bayes-microbench fit --model 2pl') for them (scoring accepts it)"
+            )
+        if n_dims > MAX_SCORING_DIMS:
+            raise UserInputError(
+                f"{where}: a '2pl-md' posterior with {n_dims} ability dims; scoring takes at "
+                f"most {MAX_SCORING_DIMS} (its grid has {N_GRID_MD}**D points): fit it with "
+                f"--dims {MAX_SCORING_DIMS} or fit a 1-D model"
+            )
+        if "intercept" not in ds:
+            raise UserInputError(
+                f"{where}: a '2pl-md' posterior without 'intercept'; refit it with this package"
+            )
     if "difficulty" not in ds:
         raise UserInputError(
             f"{where}: no 'difficulty' variable; expected an IRT posterior with "
@@ -264,9 +316,24 @@ def item_draws(
         return np.asarray(var.to_numpy(), dtype=np.float64).reshape(n_chain * n_draw, -1)
 
     b = grab("difficulty", 0.0)
-    a = grab("discrimination", 1.0)
     c = grab("guessing", 0.0)
+    loadings: np.ndarray | None = None
+    if n_dims:
+        disc = ds["discrimination"].transpose("chain", "draw", "item", "dim")
+        loadings = np.asarray(disc.to_numpy(), dtype=np.float64).reshape(
+            n_chain * n_draw, -1, n_dims
+        )
+        a = np.sqrt((loadings**2).sum(axis=2))
+        # the saved difficulty is -intercept / |loadings|: rebuild it from the intercept
+        # so that the logit holds exactly (also where every loading is 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            b = np.where(a > 0, -grab("intercept", 0.0) / a, 0.0)
+        bad_loadings = ~np.isfinite(loadings).all(axis=(0, 2))
+    else:
+        a = grab("discrimination", 1.0)
+        bad_loadings = np.zeros(a.shape[1], dtype=bool)
     bad = ~np.isfinite(a).all(axis=0) | ~np.isfinite(b).all(axis=0) | ~np.isfinite(c).all(axis=0)
+    bad |= bad_loadings
     if bad.any():
         raise UserInputError(
             f"{where}: non-finite item parameters for items "
@@ -283,19 +350,27 @@ def item_draws(
         subtask = np.full(len(items), "benchmark", dtype=object)
     chain = np.repeat(ds["chain"].to_numpy(), n_draw)
     draw = np.tile(ds["draw"].to_numpy(), n_chain)
-    return ItemDraws(items, subtask, a, b, c, chain, draw)
+    return ItemDraws(items, subtask, a, b, c, chain, draw, loadings)
 
 
-def ability_grid(n_grid: int = N_GRID, limit: float = GRID_LIMIT) -> np.ndarray:
-    """The fixed quadrature grid over ability."""
-    return np.linspace(-limit, limit, check_positive_int(n_grid, "n_grid", minimum=11))
+def ability_grid(n_grid: int | None = None, limit: float = GRID_LIMIT, dims: int = 1) -> np.ndarray:
+    """The fixed quadrature grid over ability.
+
+    ``n_grid`` points (default :data:`N_GRID`) on ``[-limit, limit]``, shape
+    ``(n_grid,)``; with ``dims`` > 1 the product grid of ``n_grid`` points per
+    dimension (default :data:`N_GRID_MD`), shape ``(n_grid**dims, dims)``.
+    """
+    n = (N_GRID if dims == 1 else N_GRID_MD) if n_grid is None else n_grid
+    axis = np.linspace(-limit, limit, check_positive_int(n, "n_grid", minimum=11))
+    if dims == 1:
+        return axis
+    mesh = np.meshgrid(*([axis] * dims), indexing="ij")
+    return np.stack([m.ravel() for m in mesh], axis=1)
 
 
 def _log_probs(draws: ItemDraws, grid: np.ndarray, sl: slice) -> tuple[np.ndarray, np.ndarray]:
     """log P(correct) and log P(wrong) on the grid for draws ``sl``: (s, G, I) each, float32."""
-    a = draws.discrimination[sl, None, :].astype(np.float32)
-    eta = a * (grid.astype(np.float32)[None, :, None] - draws.difficulty[sl, None, :])
-    eta = eta.astype(np.float32, copy=False)
+    eta = draws.select_draws(sl).logit(grid[None], np.float32)
     c = draws.guessing[sl, None, :].astype(np.float32)
     # log logistic(eta) = min(eta, 0) - log1p(exp(-|eta|)): one exp and one log1p per cell
     log_sig = np.minimum(eta, 0) - np.log1p(np.exp(-np.abs(eta)))
@@ -324,18 +399,25 @@ def ability_posterior_samples(
     correct
         ``(n_llms, n_items)`` array of 1 / 0 / NaN (NaN: not observed).
     grid
-        Ability grid (default :func:`ability_grid`).
+        Ability grid (default :func:`ability_grid` with ``draws.n_dims``
+        dims): evenly spaced, ``(G,)``, or ``(G, D)`` for a ``2pl-md``
+        posterior (a product grid with the same spacing in every dim).
     random_seed
         Seed for the draws inside the grid posterior.
 
     Returns
     -------
-    ability : ndarray, shape (n_draws, n_llms)
-    posterior_mean : ndarray, shape (n_draws, n_llms)
+    ability : ndarray, shape (n_draws, n_llms), or (n_draws, n_llms, D)
+    posterior_mean : ndarray, the same shape
         The conditional posterior mean of ability under each draw.
     """
     rng = np.random.default_rng(random_seed)
-    grid = ability_grid() if grid is None else np.asarray(grid, dtype=np.float64)
+    multi = draws.loadings is not None
+    if grid is None:
+        grid = ability_grid(dims=draws.n_dims)
+    grid = np.asarray(grid, dtype=np.float64)
+    if grid.ndim != (2 if multi else 1) or (multi and grid.shape[1] != draws.n_dims):
+        raise ValueError(f"grid must be {'(G, D)' if multi else '(G,)'} for these item draws")
     y = np.asarray(correct, dtype=np.float64)
     if y.ndim != 2 or y.shape[1] != draws.n_items:
         raise ValueError("correct must be (n_llms, n_items) matching the item draws")
@@ -346,12 +428,14 @@ def ability_posterior_samples(
     y_wrong32 = y_wrong.astype(np.float32)
     n_items = draws.n_items
     n_s, n_l, n_g = draws.n_draws, y.shape[0], len(grid)
-    log_prior = (-0.5 * grid**2).astype(np.float32)
-    step = grid[1] - grid[0]
+    dims = grid.shape[1:]  # () or (D,)
+    log_prior = (-0.5 * (grid**2).reshape(n_g, -1).sum(axis=1)).astype(np.float32)
+    axis = np.unique(grid if not multi else grid[:, 0])
+    step = axis[1] - axis[0]
     uniforms = rng.random((n_l, n_s), dtype=np.float32)
-    jitter = rng.random((n_s, n_l)) - 0.5
-    out = np.empty((n_s, n_l))
-    post_mean = np.empty((n_s, n_l))
+    jitter = rng.random((n_s, n_l, *dims)) - 0.5
+    out = np.empty((n_s, n_l, *dims))
+    post_mean = np.empty((n_s, n_l, *dims))
     chunk = max(1, _CHUNK_CELLS // max(1, n_g * max(n_items, n_l)))
     for start in range(0, n_s, chunk):  # chunks bound memory; each chunk is vectorized
         sl = slice(start, min(n_s, start + chunk))
@@ -367,7 +451,7 @@ def ability_posterior_samples(
         logpost -= logpost.max(axis=2, keepdims=True)
         w = np.exp(logpost, out=logpost)
         w /= w.sum(axis=2, keepdims=True)
-        post_mean[sl] = (w @ grid.astype(np.float32)).T
+        post_mean[sl] = np.swapaxes(w @ grid.astype(np.float32), 0, 1)
         cdf = np.cumsum(w, axis=2, out=w)
         idx = np.minimum((cdf < uniforms[:, sl, None]).sum(axis=2), n_g - 1)  # (L, s)
         out[sl] = grid[idx.T] + step * jitter[sl]
@@ -399,7 +483,7 @@ def score(
     items: Sequence[str] | None = None,
     ci_prob: float | None = None,
     max_draws: int | None = DEFAULT_MAX_DRAWS,
-    n_grid: int = N_GRID,
+    n_grid: int | None = None,
     random_seed: int | np.random.Generator | None = 0,
     draws: ItemDraws | None = None,
     misfit: Misfit | None = None,
@@ -422,7 +506,9 @@ def score(
     max_draws
         Posterior draws used (evenly thinned).
     n_grid
-        Points of the ability grid on ``[-6, 6]``.
+        Points of the ability grid on ``[-6, 6]`` (default :data:`N_GRID`);
+        for a ``2pl-md`` posterior, points per dimension (default
+        :data:`N_GRID_MD`).
     random_seed
         Seed; the same seed gives identical results.
     draws
@@ -441,7 +527,8 @@ def score(
     Returns
     -------
     xarray.Dataset
-        ``ability`` and ``accuracy`` (chain, draw, llm): posterior draws;
+        ``ability`` and ``accuracy`` (chain, draw, llm): posterior draws
+        (``ability`` with a trailing ``dim`` for a ``2pl-md`` posterior);
         ``accuracy_mean``, ``ability_mean`` (llm); ``accuracy_interval``
         (llm, ci_bound); ``binomial_interval`` (llm, ci_bound): the Wilson
         interval of the subset accuracy; ``n_observed``, ``n_correct``,
@@ -460,7 +547,7 @@ def score(
     """
     ci = DEFAULT_CI_PROB if ci_prob is None else check_probability(ci_prob, "ci_prob")
     if draws is None:
-        draws = item_draws(posterior, max_draws=max_draws)
+        draws = item_draws(posterior, max_draws=max_draws, multidim=True)
     if items is not None:
         draws = draws.subset(draws.index_of(list(items), where="benchmark items"))
     pos = draws.index_of(responses.items.tolist(), where=f"responses ({responses.benchmark})")
@@ -473,7 +560,7 @@ def score(
     ability, _ = ability_posterior_samples(
         draws.subset(np.nonzero(used)[0]),
         y[:, used],
-        grid=ability_grid(n_grid),
+        grid=ability_grid(n_grid, dims=draws.n_dims),
         random_seed=rng,
     )
     correct_obs = np.nansum(y, axis=1)
@@ -494,20 +581,26 @@ def score(
     shape = (n_chain, draws.n_draws // n_chain, responses.n_llms)
     chain_lab = draws.chain.reshape(shape[:2])[:, 0]
     draw_lab = draws.draw.reshape(shape[:2])[0]
-    coords = {
+    coords: dict[str, Any] = {
         "chain": chain_lab,
         "draw": draw_lab,
         "llm": responses.llms,
         "ci_bound": ["lower", "upper"],
     }
+    dim = ("dim",) if ability.ndim == 3 else ()
+    if dim:
+        coords["dim"] = np.arange(ability.shape[2])
     interval_attrs = {"ci_kind": "eti", "ci_prob": ci}
     with np.errstate(invalid="ignore", divide="ignore"):
         obs_acc = np.where(n_obs > 0, correct_obs / np.maximum(n_obs, 1), np.nan)
     ds = xr.Dataset(
         {
-            "ability": (("chain", "draw", "llm"), ability.reshape(shape)),
+            "ability": (
+                ("chain", "draw", "llm", *dim),
+                ability.reshape(*shape, *ability.shape[2:]),
+            ),
             "accuracy": (("chain", "draw", "llm"), accuracy.reshape(shape)),
-            "ability_mean": ("llm", ability.mean(axis=0)),
+            "ability_mean": (("llm", *dim), ability.mean(axis=0)),
             "accuracy_mean": ("llm", accuracy.mean(axis=0)),
             "accuracy_interval": (
                 ("llm", "ci_bound"),
@@ -545,7 +638,7 @@ def _unobserved_hits(
     Both ``(draws, llms)``: the draws, and the sum of ``p_i(ability)`` over the
     unobserved items under each draw.
     """
-    n_s, n_l = ability.shape
+    n_s, n_l = ability.shape[:2]
     n_i = draws.n_items
     out = np.empty((n_s, n_l))
     expected = np.empty((n_s, n_l))
@@ -770,7 +863,7 @@ def _unobserved_moments(
     of ``E`` over draws (ability and item uncertainty) and the mean Bernoulli
     variance ``sum_i p_i (1 - p_i) / U**2``.
     """
-    n_s, n_l = ability.shape
+    n_s, n_l = ability.shape[:2]
     u = unobserved.astype(np.float32)
     n_u = np.maximum(unobserved.sum(axis=1), 1).astype(np.float64)
     expect = np.empty((n_s, n_l))
@@ -796,7 +889,7 @@ def estimate_misfit(
     n_folds: int = 4,
     n_knots: int = 3,
     max_draws: int | None = 200,
-    n_grid: int = N_GRID,
+    n_grid: int | None = None,
     random_seed: int | np.random.Generator | None = 0,
     draws: ItemDraws | None = None,
 ) -> Misfit:
@@ -867,7 +960,7 @@ def estimate_misfit(
     if isinstance(n_knots, bool) or not isinstance(n_knots, int | np.integer) or n_knots < 0:
         raise UserInputError(f"estimate_misfit: n_knots must be an integer >= 0, got {n_knots!r}")
     if draws is None:
-        draws = item_draws(posterior, max_draws=max_draws)
+        draws = item_draws(posterior, max_draws=max_draws, multidim=True)
     item_ids = responses.items.tolist()
     draws = draws.subset(draws.index_of(item_ids, where=f"responses ({responses.benchmark})"))
     y = np.asarray(responses.values, dtype=np.float64)
@@ -908,10 +1001,12 @@ def estimate_misfit(
         for k in range(n_folds):
             rows = np.nonzero(fold_of == k)[0]
             refit = fit(responses.isel(llm=np.nonzero(fold_of != k)[0]))
-            d = item_draws(refit, max_draws=max_draws, where=f"refit without fold {k}")
+            d = item_draws(
+                refit, max_draws=max_draws, where=f"refit without fold {k}", multidim=True
+            )
             folds.append((rows, d.subset(d.index_of(item_ids, where=f"refit of fold {k}"))))
         design += f", cross-fitted over {n_folds} folds"
-    grid = ability_grid(n_grid)
+    grid = ability_grid(n_grid, dims=draws.n_dims)
     stats: list[list[np.ndarray]] = [[] for _ in plan]
     for rows, fold_draws in folds:
         for j, (n, cols) in enumerate(plan):

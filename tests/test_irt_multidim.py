@@ -85,6 +85,17 @@ def test_refusals_without_sampling():
     )
     with pytest.raises(UserInputError, match=r"multidimensional 2PL .* fit a 1-D model"):
         item_draws(multi)
+    with pytest.raises(UserInputError, match=r"without 'intercept'"):
+        item_draws(multi, multidim=True)
+    three = xr.Dataset(
+        {
+            "discrimination": (("chain", "draw", "item", "dim"), np.ones((1, 2, 3, 3))),
+            "difficulty": (("chain", "draw", "item"), np.zeros((1, 2, 3))),
+            "intercept": (("chain", "draw", "item"), np.zeros((1, 2, 3))),
+        }
+    )
+    with pytest.raises(UserInputError, match=r"3 ability dims; scoring takes at most 2"):
+        item_draws(three, multidim=True)
 
 
 def test_anchors_and_start_values_are_identified():
@@ -272,10 +283,89 @@ def test_cli_fit_2pl_md_map_and_refusals(tmp_path, capsys):
     assert "--dims applies only to --model 2pl-md" in capsys.readouterr().err
     assert main([*base, "--model", "2pl-md", "--dims", "100"]) == 2
     assert "too large" in capsys.readouterr().err
-    # scoring needs a 1-D model: refused with one line
-    assert main(["score", "--posterior", str(out), "--responses", str(csv)]) == 2
+    # the md posterior scores llms from a subset of the items
+    sub = tmp_path / "sub.csv"
+    save_responses(resp.isel(llm=slice(0, 5), item=slice(0, 30)), sub)
+    code = main(["score", "--posterior", str(out), "--responses", str(sub), "--json"])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out)["llms"]
+    assert [r["n_observed"] for r in rows] == [30] * 5
+    assert all(
+        0 <= r["accuracy_lower"] <= r["accuracy_mean"] <= r["accuracy_upper"] <= 1 for r in rows
+    )
+    # design needs a 1-D ability: refused with one line
+    code = main(["plan", "--posterior", str(out), "--delta", "5"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "fit a 1-D model" in err[0]
+    assert code == 2 and len(err) == 1 and "fit a 1-D model" in err[0]
+
+
+# ------------------------------------------------ scoring an md posterior
+def md_posterior(truth, *, n_chains=2, n_draws=50, noise=0.05, seed=0):
+    """A synthetic 2pl-md item posterior: the true loadings and intercepts plus noise."""
+    rng = np.random.default_rng(seed)
+    lead = (n_chains, n_draws)
+    loadings = truth["loadings"] + noise * rng.standard_normal((*lead, *truth["loadings"].shape))
+    intercept = truth["intercept"] + noise * rng.standard_normal((*lead, len(truth["intercept"])))
+    mdisc = np.sqrt((loadings**2).sum(axis=-1))
+    items = [f"q{i}" for i in range(len(intercept[0, 0]))]
+    return xr.Dataset(
+        {
+            "discrimination": (("chain", "draw", "item", "dim"), loadings),
+            "intercept": (("chain", "draw", "item"), intercept),
+            "mdisc": (("chain", "draw", "item"), mdisc),
+            "difficulty": (("chain", "draw", "item"), -intercept / mdisc),
+        },
+        coords={"item": items, "dim": np.arange(loadings.shape[-1])},
+    )
+
+
+def test_scoring_an_md_posterior_covers_the_truth_and_sharpens_with_more_items():
+    from bayes_microbench.scoring import score
+
+    resp, truth = simulate_mirt(300, 120, seed=7)
+    post = md_posterior(truth)
+    y = resp.values
+    true_acc = y.mean(axis=1)
+    errors = []
+    for n in (20, 80):
+        res = score(post, resp.isel(item=slice(0, n)), max_draws=60, random_seed=1)
+        assert res["ability"].dims == ("chain", "draw", "llm", "dim")
+        assert res["ability_mean"].dims == ("llm", "dim")
+        lo, hi = res["accuracy_interval"].values.T
+        inside = (lo <= true_acc) & (true_acc <= hi)
+        # 300 llms: the binomial sd of the coverage is 0.017
+        assert 0.84 <= inside.mean() <= 0.96, (n, inside.mean())
+        errors.append(np.abs(res["accuracy_mean"].values - true_acc).mean())
+        ability = res["ability_mean"].values
+        for d in range(2):
+            corr = np.corrcoef(ability[:, d], truth["ability"][:, d])[0, 1]
+            assert corr > (0.9 if n == 80 else 0.8), (n, d, corr)
+    # more observed items: a smaller error on the full benchmark
+    assert errors[1] < 0.7 * errors[0], errors
+
+
+def test_md_scoring_with_one_live_dimension_equals_the_2pl():
+    from bayes_microbench.scoring import score
+
+    resp, truth = simulate_mirt(60, 80, seed=8)
+    truth = dict(truth, loadings=truth["loadings"] * np.array([1.0, 0.0]))
+    post = md_posterior(truth, n_draws=500, noise=0.0)
+    # the same items as a 1-D 2PL posterior: a = dim-0 loading, b = -intercept / a
+    a = post["discrimination"].isel(dim=0)
+    one_d = xr.Dataset(
+        {"discrimination": a, "difficulty": -post["intercept"] / a},
+        coords={"item": post["item"]},
+    )
+    sub = resp.isel(item=slice(0, 25))
+    md_res = score(post, sub, random_seed=3)
+    one_res = score(one_d, sub, random_seed=4)
+    # the dead dimension integrates out: the same accuracy posterior up to grid and
+    # Monte Carlo error (1000 draws of an accuracy whose sd is about 0.07: each
+    # mean's sd is about 0.0022, a difference's 0.003)
+    diff = md_res["accuracy_mean"].values - one_res["accuracy_mean"].values
+    assert np.abs(diff).max() < 0.015 and abs(diff.mean()) < 0.002, diff
+    np.testing.assert_allclose(md_res["ability_mean"].sel(dim=0), one_res["ability_mean"], atol=0.1)
+    assert abs(float(md_res["ability_mean"].sel(dim=1).mean())) < 0.1
 
 
 # -------------------------------------------------------------- slow tier
