@@ -1,0 +1,197 @@
+"""GPQA: scoring held-out llms with the 2PL against the multidimensional 2PL, side by side.
+
+``--heldout`` llms of GPQA (420 x 448) are set aside; the 2PL and the ``2pl-md``
+(``--dims`` ability dims) are fitted by NUTS on the other llms only, with the
+same settings (package defaults otherwise). Each held-out llm is then scored
+from its responses on a random subset of 25, 50 and 100 items (a different
+subset per llm, the same subsets for both models), and we count how often its
+true full-benchmark accuracy (all 448 items) falls inside the 90% interval,
+with the plain IRT predictive and recalibrated by ``estimate_misfit`` on the
+training llms (in-sample item-split cross-validation, the ``score
+--calibrate-with`` recipe), beside the Wilson interval of the subset accuracy.
+Also: the mean absolute error of the posterior-mean accuracy and the mean
+interval width.
+
+Usage::
+
+    .venv/bin/python benchmarks/study_md_scoring.py [--heldout 100] [--seed 0]
+        [--tune 500] [--draws 500] [--dims 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from _report import commit, write_section  # noqa: E402
+
+GPQA = HERE.parent.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
+RESULTS = HERE / "results" / "md_scoring.json"
+SIZES = (25, 50, 100)
+
+
+def fit_train(train, model: str, args: argparse.Namespace) -> tuple[object, dict]:
+    """NUTS on the training llms; the posterior and a row of diagnostics."""
+    from bayes_microbench.exceptions import ConvergenceWarning
+    from bayes_microbench.irt import IRTModel
+
+    config = {"n_dims": args.dims} if model == "2pl-md" else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # reported in the table
+        fit = IRTModel(train, model, config=config).fit(
+            "nuts", chains=2, draws=args.draws, tune=args.tune, random_seed=args.seed
+        )
+    row = {"model": model, "fit_wall_seconds": fit.wall_seconds, **fit.diagnostics.to_dict()}
+    return fit.posterior, row
+
+
+def score_heldout(post, train, test, subsets, args) -> list[dict]:
+    """Coverage, width and error of the held-out scores at each subset size."""
+    from bayes_microbench.scoring import estimate_misfit, item_draws, score
+
+    draws = item_draws(post, max_draws=args.max_draws, multidim=True)
+    t0 = time.perf_counter()
+    misfit = estimate_misfit(
+        post, train, sizes=SIZES, max_draws=200, random_seed=args.seed, draws=draws
+    )
+    misfit_seconds = time.perf_counter() - t0
+    y = test.values
+    truth = np.nanmean(y, axis=1)
+    rows = []
+    for n in SIZES:
+        cols = subsets[n].any(axis=0)  # the items some held-out llm observes
+        sub = np.where(subsets[n], y, np.nan)[:, cols]
+        obs = type(test).from_arrays(
+            sub, test.llms, test.items[cols], subtask=test.item_subtask[cols]
+        )
+        row: dict = {"n_items": n}
+        for label, mf in (("plain", None), ("calibrated", misfit)):
+            t0 = time.perf_counter()
+            res = score(post, obs, draws=draws, random_seed=args.seed, misfit=mf)
+            row[f"{label}_seconds"] = time.perf_counter() - t0
+            lo, hi = res["accuracy_interval"].values.T
+            row[f"{label}_coverage"] = float(np.mean((lo <= truth) & (truth <= hi)))
+            row[f"{label}_width"] = float(np.mean(hi - lo))
+            row[f"{label}_mae"] = float(np.mean(np.abs(res["accuracy_mean"].values - truth)))
+        blo, bhi = res["binomial_interval"].values.T
+        row["wilson_coverage"] = float(np.mean((blo <= truth) & (truth <= bhi)))
+        row["wilson_width"] = float(np.mean(bhi - blo))
+        row["subset_mae"] = float(np.mean(np.abs(res["observed_accuracy"].values - truth)))
+        rows.append(row)
+    return [dict(r, misfit_seconds=misfit_seconds) for r in rows]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--responses", default=str(GPQA))
+    parser.add_argument("--heldout", type=int, default=100)
+    parser.add_argument("--dims", type=int, default=2)
+    parser.add_argument("--tune", type=int, default=500)
+    parser.add_argument("--draws", type=int, default=500)
+    parser.add_argument("--max-draws", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-report", action="store_true")
+    args = parser.parse_args()
+
+    from bayes_microbench.io import load_responses
+
+    if not Path(args.responses).exists():
+        print(f"{args.responses}: not found (real data lives in ../shared/data)", file=sys.stderr)
+        return 2
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    rev = commit()
+    resp = load_responses(args.responses)
+    rng = np.random.default_rng(args.seed)
+    order = rng.permutation(resp.n_llms)
+    test, train = resp.isel(llm=order[: args.heldout]), resp.isel(llm=order[args.heldout :])
+    # one random subset per held-out llm and size, shared by both models
+    subsets = {}
+    for n in SIZES:
+        keys = rng.random(test.values.shape)
+        mask = np.zeros(test.values.shape, dtype=bool)
+        np.put_along_axis(mask, np.argsort(keys, axis=1)[:, :n], True, axis=1)
+        subsets[n] = mask
+    out = {"date": started, "commit": rev, "args": vars(args), "fits": [], "scores": {}}
+    for model in ("2pl", "2pl-md"):
+        post, fit_row = fit_train(train, model, args)
+        print(json.dumps(fit_row, default=float), flush=True)
+        out["fits"].append(fit_row)
+        rows = score_heldout(post, train, test, subsets, args)
+        for r in rows:
+            print(model, json.dumps(r), flush=True)
+        out["scores"][model] = rows
+    RESULTS.write_text(json.dumps(out, indent=1, default=float) + "\n")
+    if not args.no_report:
+        report(out, resp, args)
+    return 0
+
+
+def report(out: dict, resp, args) -> None:
+    lines = [
+        f"GPQA ({resp.n_llms} llms x {resp.n_items} items): {args.heldout} held-out llms "
+        f"(seed {args.seed}), item posteriors fitted by NUTS on the other "
+        f"{resp.n_llms - args.heldout}, 2 chains x ({args.tune} tune + {args.draws} draws), "
+        f"package defaults otherwise; `2pl-md` with D = {args.dims}. Each held-out llm "
+        "is observed on a random subset (its own, the same for both models) and scored "
+        f"with {args.max_draws} posterior draws; truth = its accuracy on all "
+        f"{resp.n_items} items. `calibrated` = recalibrated by `estimate_misfit` on the "
+        "training llms (in-sample, sizes 25/50/100). Target coverage of the 90% "
+        "intervals: 85-95%.",
+        "",
+        "| model | wall s | max R-hat | min bulk ESS | divergences | steps/draw |",
+        "|---|---|---|---|---|---|",
+    ]
+    for f in out["fits"]:
+        lines.append(
+            f"| {f['model']} | {f['fit_wall_seconds']:.0f} | {f['max_rhat']:.3f} | "
+            f"{f['min_ess_bulk']:.0f} | {f['divergences']} | {f['mean_tree_size']:.1f} |"
+        )
+    lines += [
+        "",
+        "| model | items observed | plain coverage | plain width | calibrated coverage | "
+        "calibrated width | Wilson coverage | Wilson width | MAE plain | MAE calibrated | "
+        "MAE subset accuracy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model, rows in out["scores"].items():
+        for r in rows:
+            lines.append(
+                f"| {model} | {r['n_items']} | {r['plain_coverage']:.2f} | "
+                f"{r['plain_width']:.3f} | {r['calibrated_coverage']:.2f} | "
+                f"{r['calibrated_width']:.3f} | {r['wilson_coverage']:.2f} | "
+                f"{r['wilson_width']:.3f} | {r['plain_mae']:.4f} | {r['calibrated_mae']:.4f} | "
+                f"{r['subset_mae']:.4f} |"
+            )
+    secs = {m: rows[0]["misfit_seconds"] for m, rows in out["scores"].items()}
+    lines += [
+        "",
+        f"Seconds for the misfit estimate ({resp.n_llms - args.heldout} llms x 3 sizes x 2 "
+        "splits): "
+        + ", ".join(f"{m} {s:.0f}" for m, s in secs.items())
+        + "; scoring the held-out llms once: "
+        + ", ".join(
+            f"{m} {np.median([r['plain_seconds'] for r in rows]):.1f}"
+            for m, rows in out["scores"].items()
+        )
+        + " (median over sizes).",
+    ]
+    write_section(
+        "study_md_scoring",
+        "GPQA: held-out scoring with the 2PL vs the multidimensional 2PL",
+        "\n".join(lines),
+        run=None if commit() == out["commit"] else (out["date"], out["commit"]),
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
