@@ -343,7 +343,9 @@ def report(
         "`discrimination_prior='truncated-normal'`; `-diag` = nutpie's gradient-based `diag` "
         "mass matrix. Every variant runs its 2 chains in 2 forked worker processes pinned to "
         "one core each and uses the fused likelihood Op (the 3PL since commit fa24b31; "
-        "earlier 3PL rows autodiffed a `logaddexp` graph). Peak MiB = the largest single "
+        "earlier 3PL rows autodiffed a `logaddexp` graph); since commit 091dab5 each worker "
+        "hands nutpie the value and the gradient as one array (`lean_logp`: the same draws, "
+        "one host transfer per gradient). Peak MiB = the largest single "
         "process (each of the two workers holds about that much).",
         "",
         HEAD,

@@ -92,8 +92,10 @@ def lean_logp(compiled: Any) -> Any:
     nutpie's own JAX callback converts the value and the gradient to numpy
     separately (two device-to-host transfers and two syncs per call). This one
     jits the value and the gradient into one array of the sampling dtype and
-    converts it once: the same numbers, about 0.1 ms less per gradient on GPQA
-    (of about 1 ms). A model nutpie compiled otherwise (shared data, no raw JAX
+    converts it once: the same numbers, with less overhead per call. On GPQA's
+    2PL (measured by hand, one pinned core, 40 interleaved rounds of 100 calls)
+    a call took 0.88 ms against nutpie's 0.96 ms (lower quartiles; medians 1.06
+    against 1.15 ms). A model nutpie compiled otherwise (shared data, no raw JAX
     function, another nutpie layout) is returned unchanged.
     """
     import dataclasses
