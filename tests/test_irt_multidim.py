@@ -413,3 +413,54 @@ def test_nuts_recovery_300_x_200_three_dims():
     cc_l = canonical_correlations(_pmean(post, "discrimination"), truth["loadings"])
     assert (cc_a > 0.9).all() and (cc_l > 0.8).all()
     assert fit.diagnostics is not None and fit.diagnostics.divergences == 0
+
+
+# ------------------------------------------------------------ model cards
+def test_model_cards_describe_the_model_they_hold():
+    from bayes_microbench.irt.build_models import ARTIFACTS, _card_markdown
+
+    diag = {
+        "max_rhat": 1.004, "worst_rhat": "a", "min_ess_bulk": 900, "worst_ess_bulk": "b",
+        "min_ess_tail": 800, "divergences": 0, "min_bfmi": 0.8, "mean_tree_size": 20.0,
+        "ok": True, "problems": [],
+    }  # fmt: skip
+    ppc = {
+        "draws_used": 400, "llm_accuracy_ppp_outside_5_95": 1, "n_llms": 10,
+        "llm_accuracy_mean_abs_error": 0.01, "item_p_correct_ppp_outside_5_95": 0,
+        "n_items": 5, "item_p_correct_mean_abs_error": 0.01, "raw_score_sd_observed": 2.0,
+        "raw_score_sd_ppp": 0.5, "sorted_raw_scores_inside_interval": 1.0,
+    }  # fmt: skip
+    base = {
+        "name": "x", "data": "d.csv", "description": "D", "n_llms": 10, "n_items": 5,
+        "subtasks": ["s"], "config_hash": "h", "sampler": {"chains": 2, "draws": 1000},
+        "diagnostics": diag, "ppc": ppc, "wall_seconds": 1.0, "cpu_seconds": 1.0,
+        "load_average_1min": 0.5, "file_bytes": 10, "thin": 5, "saved_draws": 400,
+        "package_version": "0", "python": "3.12", "notes": {},
+        "subtask_parameters": ["intercept_mean"], "discrimination_prior": "lognormal",
+    }  # fmt: skip
+    md_card = _card_markdown(
+        base
+        | {
+            "model": "2pl-md",
+            "config": {"model": "2pl-md", "n_dims": 2},
+            "item_parameters": ["discrimination", "intercept", "mdisc", "difficulty"],
+            "parameterization": "centered",
+            "anchors": "q1, q2",
+        }
+    )
+    assert "multidimensional 2PL with D = 2" in md_card and "q1, q2" in md_card
+    assert "Normal(0, I_2) as the prior" in md_card and "`centered` parameterization" in md_card
+    assert "`mdisc`" in md_card and "(ability - difficulty)" not in md_card
+    one_card = _card_markdown(
+        base
+        | {
+            "model": "2pl",
+            "config": {"model": "2pl"},
+            "item_parameters": ["difficulty", "discrimination", "intercept"],
+            "parameterization": "decoupled",
+            "anchors": "",
+        }
+    )
+    assert "Hierarchical 2PL" in one_card and "Normal(0, 1) as the prior" in one_card
+    assert "I_2" not in one_card
+    assert ARTIFACTS["gpqa-2pl-md"].model == "2pl-md"

@@ -61,6 +61,18 @@ ARTIFACTS: dict[str, ArtifactSpec] = {
             "Leaderboard v2: 420 llms, complete matrix, one subtask"
         ),
     ),
+    "gpqa-2pl-md": ArtifactSpec(
+        name="gpqa-2pl-md",
+        data="open-llm-leaderboard-v2/gpqa.csv",
+        model="2pl-md",
+        # scores held-out GPQA llms with intervals much closer to their stated
+        # coverage than the 2PL's (benchmarks/study_md_scoring.py)
+        config=(("n_dims", 2),),
+        description=(
+            "GPQA (main, 448 items, 4-option multiple choice) from the Open LLM "
+            "Leaderboard v2: 420 llms, complete matrix, one subtask"
+        ),
+    ),
 }
 
 
@@ -114,6 +126,9 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
         "python": platform.python_version(),
         "notes": fit.data.notes,
         "subtask_parameters": [str(k) for k in post.data_vars if post[k].dims[2:] == ("subtask",)],
+        "item_parameters": [str(k) for k in post.data_vars if post[k].dims[2:3] == ("item",)],
+        "parameterization": fit.parameterization,
+        "anchors": str(post.attrs.get("anchors", "")),
         "discrimination_prior": fit.config.discrimination_prior,
         "discrimination_median": float(post["discrimination"].median()),
         "ability_sd_posterior_mean": float(post["ability"].mean(("chain", "draw")).std()),
@@ -129,6 +144,29 @@ def _card_markdown(c: dict[str, Any]) -> str:
     s = c["sampler"]
     status = "converged" if d["ok"] else "NOT converged: " + "; ".join(d["problems"])
     notes = "\n".join(f"- {k.replace('_', ' ')}: {', '.join(v)}" for k, v in c["notes"].items())
+    if c["model"] == "2pl-md":
+        n_dims = c["config"]["n_dims"]
+        model = (
+            f"Hierarchical multidimensional 2PL with D = {n_dims} (`IRTConfig`, hash "
+            f"`{c['config_hash']}`): `logit P(correct) = sum_d discrimination[i, d] * "
+            f"ability[j, d] + intercept[i]`, ability ~ Normal(0, I_{n_dims}) (the llm "
+            "population), dimension-0 loadings log-normal and intercepts partially pooled "
+            "by subtask, the other loadings Normal(0, loading_sd[d]); rotations fixed by "
+            f"the anchor items {c['anchors']} (see `bayes_microbench/irt/multidim.py`). "
+            "`difficulty` and `mdisc` are the rotation-invariant multidimensional "
+            "difficulty and discrimination"
+        )
+        population = f"ability ~ Normal(0, I_{n_dims})"
+    else:
+        model = (
+            f"Hierarchical {c['model'].upper()} (`IRTConfig`, hash `{c['config_hash']}`): "
+            "`logit P(correct) = discrimination * (ability - difficulty)`, ability ~ "
+            "Normal(0, 1) (the llm population, fixed location and scale), discrimination "
+            f"({c['discrimination_prior']} prior) and intercept partially pooled by subtask"
+        )
+        population = "ability ~ Normal(0, 1)"
+    item_vars = ", ".join(f"`{k}`" for k in c["item_parameters"])
+    subtask_vars = ", ".join(f"`{k}`" for k in c["subtask_parameters"])
     return f"""# Model card: `{c["name"]}`
 
 Rebuild: `.venv/bin/python -m bayes_microbench.irt.build_models {c["name"]}` (from the repository root).
@@ -143,21 +181,17 @@ parameters rest on the priors, finite but wide):
 {notes or "- none"}
 
 ## Model
-Hierarchical {c["model"].upper()} (`IRTConfig`, hash `{c["config_hash"]}`):
-`logit P(correct) = discrimination * (ability - difficulty)`, ability ~ Normal(0, 1)
-(the llm population, fixed location and scale), discrimination ({c["discrimination_prior"]}
-prior) and intercept partially pooled by subtask. Configuration: `{json.dumps(c["config"])}`.
+{model}. Configuration: `{json.dumps(c["config"])}`.
 
-The file holds **item and subtask parameters only** (`difficulty`,
-`discrimination`, `intercept` per item; {", ".join(f"`{k}`" for k in c["subtask_parameters"])}
-per subtask), {c["saved_draws"]} draws
+The file holds **item and subtask parameters only** ({item_vars} per item;
+{subtask_vars} per subtask), {c["saved_draws"]} draws
 (every {c["thin"]}th of {s.get("chains")} x {s.get("draws")}), float32,
 {c["file_bytes"] / 1e6:.2f} MB. New llms are scored against these draws with
-ability ~ Normal(0, 1) as the prior.
+{population} as the prior.
 
 ## Sampler
-NUTS via {s.get("backend")} (JAX-compiled log density, fused 2PL likelihood, one
-worker process per chain), decoupled slope-intercept parameterization and nutpie's
+NUTS via {s.get("backend")} (JAX-compiled log density, fused likelihood, one
+worker process per chain), the `{c["parameterization"]}` parameterization and nutpie's
 `draw_diag` mass matrix (see `bayes_microbench/irt/pymc_model.py`),
 {s.get("chains")} chains x ({s.get("tune")} tune + {s.get("draws")} draws), target accept
 {s.get("target_accept")}, float32 likelihood, seed {s.get("random_seed")}.
