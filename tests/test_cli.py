@@ -110,3 +110,37 @@ def test_score_calibrate_with_training_responses(tmp_path, capsys, gpqa_path):
     # the recalibration shrinks predictions toward the population (slope < 1 on GPQA)
     spread = [np.std([r["accuracy_mean"] for r in d["llms"]]) for d in (plain, calibrated)]
     assert spread[1] < spread[0]
+
+
+def test_score_with_the_shipped_md_posterior(tmp_path, capsys, gpqa_path):
+    import numpy as np
+
+    from bayes_microbench import Responses, load_responses, save_responses
+
+    resp = load_responses(gpqa_path)
+    rng = np.random.default_rng(0)
+    sub = resp.isel(llm=rng.choice(resp.n_llms, 40, replace=False))
+    # each llm observed on its own 50 random items
+    mask = np.zeros(sub.values.shape, dtype=bool)
+    np.put_along_axis(mask, np.argsort(rng.random(mask.shape), axis=1)[:, :50], True, axis=1)
+    cols = mask.any(axis=0)
+    obs = Responses.from_arrays(
+        np.where(mask, sub.values, np.nan)[:, cols],
+        sub.llms,
+        sub.items[cols],
+        subtask=sub.item_subtask[cols],
+    )
+    new = save_responses(obs, tmp_path / "new.csv")[0]
+    posterior = str(ROOT / "models" / "gpqa-2pl-md.nc")
+    args = ["score", "--posterior", posterior, "--responses", str(new), "--max-draws", "200"]
+    assert main([*args, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["llms"]
+    assert [r["n_observed"] for r in rows] == [50] * 40
+    truth = np.nanmean(sub.values, axis=1)
+    mean = np.array([r["accuracy_mean"] for r in rows])
+    lo, hi = (np.array([r[k] for r in rows]) for k in ("accuracy_lower", "accuracy_upper"))
+    # these llms were in the fit (in-sample): the intervals cover nearly all of them, and
+    # the posterior mean is about twice as close to the full accuracy as the subset's
+    assert ((lo <= truth) & (truth <= hi)).mean() >= 0.8
+    subset_error = np.abs(np.array([r["observed_accuracy"] for r in rows]) - truth).mean()
+    assert np.abs(mean - truth).mean() < 0.7 * subset_error

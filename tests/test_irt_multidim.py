@@ -451,6 +451,7 @@ def test_model_cards_describe_the_model_they_hold():
     assert "multidimensional 2PL with D = 2" in md_card and "q1, q2" in md_card
     assert "Normal(0, I_2) as the prior" in md_card and "`centered` parameterization" in md_card
     assert "`mdisc`" in md_card and "(ability - difficulty)" not in md_card
+    assert "`loading_sd` per dimension" in md_card
     one_card = _card_markdown(
         base
         | {
@@ -462,5 +463,5 @@ def test_model_cards_describe_the_model_they_hold():
         }
     )
     assert "Hierarchical 2PL" in one_card and "Normal(0, 1) as the prior" in one_card
-    assert "I_2" not in one_card
+    assert "I_2" not in one_card and "loading_sd" not in one_card
     assert ARTIFACTS["gpqa-2pl-md"].model == "2pl-md"

@@ -20,7 +20,6 @@ import logging
 import os
 import platform
 import sys
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +65,12 @@ ARTIFACTS: dict[str, ArtifactSpec] = {
         data="open-llm-leaderboard-v2/gpqa.csv",
         model="2pl-md",
         # scores held-out GPQA llms with intervals much closer to their stated
-        # coverage than the 2PL's (benchmarks/study_md_scoring.py)
+        # coverage than the 2PL's (benchmarks/study_md_scoring.py); 2 x (1000 +
+        # 1000) left R-hat 1.030 and bulk ESS 170 (loading_sd[1]) and 2 x (2000 + 2000)
+        # R-hat 1.015 and bulk ESS 257, so it runs longer
+        draws=4000,
+        tune=2000,
+        thin=20,
         config=(("n_dims", 2),),
         description=(
             "GPQA (main, 448 items, 4-option multiple choice) from the Open LLM "
@@ -74,6 +78,12 @@ ARTIFACTS: dict[str, ArtifactSpec] = {
         ),
     ),
 }
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of its reaped children (the NUTS chain workers)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def build(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
@@ -89,13 +99,13 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
         raise ResponsesError(f"{path}: not present; the artifacts are built from ../shared/data")
     resp = load_responses(path)
     config = dict(spec.config) | ({"n_options": spec.n_options} if spec.n_options else {})
-    cpu0 = time.process_time()
+    cpu0 = _cpu_seconds()
     with warnings.catch_warnings():
         warnings.simplefilter("always", ConvergenceWarning)
         fit = IRTModel(resp, spec.model, config=config).fit(
             "nuts", chains=spec.chains, draws=spec.draws, tune=spec.tune, random_seed=spec.seed
         )
-    cpu = time.process_time() - cpu0
+    cpu = _cpu_seconds() - cpu0
     ppc = posterior_predictive_check(fit, max_draws=400, random_seed=spec.seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     nc = out_dir / f"{spec.name}.nc"
@@ -157,6 +167,7 @@ def _card_markdown(c: dict[str, Any]) -> str:
             "difficulty and discrimination"
         )
         population = f"ability ~ Normal(0, I_{n_dims})"
+        per_dim = "; `loading_sd` per dimension 1..D-1"
     else:
         model = (
             f"Hierarchical {c['model'].upper()} (`IRTConfig`, hash `{c['config_hash']}`): "
@@ -165,6 +176,7 @@ def _card_markdown(c: dict[str, Any]) -> str:
             f"({c['discrimination_prior']} prior) and intercept partially pooled by subtask"
         )
         population = "ability ~ Normal(0, 1)"
+        per_dim = ""
     item_vars = ", ".join(f"`{k}`" for k in c["item_parameters"])
     subtask_vars = ", ".join(f"`{k}`" for k in c["subtask_parameters"])
     return f"""# Model card: `{c["name"]}`
@@ -184,7 +196,7 @@ parameters rest on the priors, finite but wide):
 {model}. Configuration: `{json.dumps(c["config"])}`.
 
 The file holds **item and subtask parameters only** ({item_vars} per item;
-{subtask_vars} per subtask), {c["saved_draws"]} draws
+{subtask_vars} per subtask{per_dim}), {c["saved_draws"]} draws
 (every {c["thin"]}th of {s.get("chains")} x {s.get("draws")}), float32,
 {c["file_bytes"] / 1e6:.2f} MB. New llms are scored against these draws with
 {population} as the prior.
@@ -207,7 +219,8 @@ worker process per chain), the `{c["parameterization"]}` parameterization and nu
 - raw-score distribution: sd observed {p["raw_score_sd_observed"]:.2f}, p-value {p["raw_score_sd_ppp"]:.2f}; {100 * p["sorted_raw_scores_inside_interval"]:.0f}% of the sorted raw scores inside their 90% predictive band
 
 ## Timing
-Sampling wall time {c["wall_seconds"]} s (CPU {c["cpu_seconds"]} s) on a shared 2-core
+Sampling wall time {c["wall_seconds"]} s (CPU {c["cpu_seconds"]} s, the fitting process and
+its chain workers) on a shared 2-core
 machine with 1-minute load average {c["load_average_1min"]} at the end of the fit;
 bayes_microbench {c["package_version"]}, Python {c["python"]}.
 """
