@@ -154,7 +154,7 @@ def report(runs: list[dict], resp) -> None:
     lines = [
         f"GPQA ({resp.n_llms} llms x {resp.n_items} items): per seed, {first['heldout']} "
         "held-out llms; the item posteriors are fitted by NUTS on the other llms, 2 chains "
-        f"x ({first['tune']} tune + {first['draws']} draws), package defaults otherwise; "
+        "x (tune + draws) as in the first table, package defaults otherwise; "
         f"`2pl-md` with D = {first['dims']}. Each held-out llm is observed on a random "
         "subset (its own, the same for both models) and scored with "
         f"{first['max_draws']} posterior draws; truth = its accuracy on all "
@@ -162,15 +162,16 @@ def report(runs: list[dict], resp) -> None:
         "training llms (in-sample, sizes 25/50/100). Target coverage of the 90% "
         "intervals: 85-95% (with 100 llms a coverage has a binomial sd of 3 points).",
         "",
-        "| seed, commit | model | fit wall s | max R-hat | min bulk ESS | divergences "
-        "| steps/draw | misfit estimate s | one scoring s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| seed, commit | model | NUTS 2 x | fit wall s | max R-hat | min bulk ESS | "
+        "divergences | steps/draw | misfit estimate s | one scoring s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         for f in run["fits"]:
             rows = run["scores"][f["model"]]
             lines.append(
                 f"| {run['args']['seed']}, {run['commit']} | {f['model']} | "
+                f"({run['args']['tune']} + {run['args']['draws']}) | "
                 f"{f['fit_wall_seconds']:.0f} | {f['max_rhat']:.3f} | {f['min_ess_bulk']:.0f} | "
                 f"{f['divergences']} | {f['mean_tree_size']:.1f} | "
                 f"{rows[0]['misfit_seconds']:.0f} | "
