@@ -82,6 +82,7 @@ def nutpie_draws(
             target_accept=target_accept,
             progress_bar=progressbar,
             adaptation=adaptation,
+            save_warmup=False,  # nutpie's default keeps (and expands) every warm-up draw
         )
     return draws_and_stats(tree, model)
 
