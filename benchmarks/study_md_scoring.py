@@ -64,9 +64,7 @@ def score_heldout(post, train, test, subsets, args) -> list[dict]:
 
     draws = item_draws(post, max_draws=args.max_draws, multidim=True)
     t0 = time.perf_counter()
-    misfit = estimate_misfit(
-        post, train, sizes=SIZES, max_draws=200, random_seed=args.seed, draws=draws
-    )
+    misfit = estimate_misfit(post, train, sizes=SIZES, random_seed=args.seed, draws=draws)
     misfit_seconds = time.perf_counter() - t0
     y = test.values
     truth = np.nanmean(y, axis=1)
