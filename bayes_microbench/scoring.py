@@ -321,7 +321,6 @@ def item_draws(
         var = var.broadcast_like(ds["difficulty"]).transpose("chain", "draw", "item")
         return np.asarray(var.to_numpy(), dtype=np.float64).reshape(n_chain * n_draw, -1)
 
-    b = grab("difficulty", 0.0)
     c = grab("guessing", 0.0)
     loadings: np.ndarray | None = None
     if n_dims:
@@ -329,17 +328,16 @@ def item_draws(
         loadings = np.asarray(disc.to_numpy(), dtype=np.float64).reshape(
             n_chain * n_draw, -1, n_dims
         )
+        # a non-finite loading makes its norm non-finite: the check below names the item
         a = np.sqrt((loadings**2).sum(axis=2))
         # the saved difficulty is -intercept / |loadings|: rebuild it from the intercept
         # so that the logit holds exactly (also where every loading is 0)
         with np.errstate(divide="ignore", invalid="ignore"):
             b = np.where(a > 0, -grab("intercept", 0.0) / a, 0.0)
-        bad_loadings = ~np.isfinite(loadings).all(axis=(0, 2))
     else:
         a = grab("discrimination", 1.0)
-        bad_loadings = np.zeros(a.shape[1], dtype=bool)
+        b = grab("difficulty", 0.0)
     bad = ~np.isfinite(a).all(axis=0) | ~np.isfinite(b).all(axis=0) | ~np.isfinite(c).all(axis=0)
-    bad |= bad_loadings
     if bad.any():
         raise UserInputError(
             f"{where}: non-finite item parameters for items "

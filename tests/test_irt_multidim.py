@@ -96,6 +96,10 @@ def test_refusals_without_sampling():
     )
     with pytest.raises(UserInputError, match=r"3 ability dims; scoring takes at most 2"):
         item_draws(three, multidim=True)
+    nan_loading = three.isel(dim=slice(0, 2)).copy(deep=True)
+    nan_loading["discrimination"][0, 1, 2, 1] = np.nan
+    with pytest.raises(UserInputError, match=r"non-finite item parameters for items \['2'\]"):
+        item_draws(nan_loading.assign_coords(item=["0", "1", "2"]), multidim=True)
 
 
 def test_anchors_and_start_values_are_identified():
