@@ -45,6 +45,8 @@ TN = {"discrimination_prior": "truncated-normal"}
 VARIANTS: dict[str, tuple[str, str, str, dict, str]] = {
     "decoupled-nutpie": ("2pl", "decoupled", "nutpie", {}, "auto"),
     "decoupled-nutpie-tn": ("2pl", "decoupled", "nutpie", TN, "auto"),
+    # the same without the one-pass FFI likelihood kernel (XLA's own passes)
+    "decoupled-nutpie-tn-xla": ("2pl", "decoupled", "nutpie", TN, "auto"),
     "decoupled-nutpie-diag": ("2pl", "decoupled", "nutpie", {}, "diag"),
     "decoupled-nutpie-tn-diag": ("2pl", "decoupled", "nutpie", TN, "diag"),
     "decoupled-nutpie-lowrank": ("2pl", "decoupled", "nutpie", {}, "low_rank"),
@@ -68,6 +70,8 @@ def one(name: str, tune: int, draws: int, seed: int) -> dict:
     from bayes_microbench.irt import IRTModel
 
     model, param, backend, config, adaptation = VARIANTS[name]
+    if name.endswith("-xla"):
+        os.environ["BAYES_MICROBENCH_FFI_KERNEL"] = "0"
     start = time.perf_counter()
     resp = load_responses(GPQA)
     with warnings.catch_warnings():
@@ -345,7 +349,11 @@ def report(
         "one core each and uses the fused likelihood Op (the 3PL since commit fa24b31; "
         "earlier 3PL rows autodiffed a `logaddexp` graph); since commit 091dab5 each worker "
         "hands nutpie the value and the gradient as one array (`lean_logp`: the same draws, "
-        "one host transfer per gradient). Peak MiB = the largest single "
+        "one host transfer per gradient). Since this section's run of 2026-11-30 ~05 UTC the "
+        "float32 2PL likelihood is one compiled pass over the cells that XLA calls through "
+        "JAX's FFI (`irt/_ffi_2pl.py`); `-xla` = the same model with that kernel switched off "
+        "(`BAYES_MICROBENCH_FFI_KERNEL=0`: XLA's own passes, as in every earlier run). "
+        "Peak MiB = the largest single "
         "process (each of the two workers holds about that much).",
         "",
         HEAD,

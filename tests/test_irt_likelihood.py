@@ -197,3 +197,76 @@ def test_fused_3pl_jax_autodiff_uses_the_custom_gradient_in_float32():
     assert value == pytest.approx(_reference_3pl_value(*as64, y, w), rel=1e-5)
     for got, want, name in zip(grads, ref_grads, ("theta", "a", "e", "c"), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def _compiled_kernel():
+    """The one-pass FFI kernel module, asserted to work where this project runs (Linux)."""
+    pytest.importorskip("jax")
+    from bayes_microbench.irt import _ffi_2pl
+
+    assert _ffi_2pl.available(), _ffi_2pl._state.get("error")
+    return _ffi_2pl
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_compiled_2pl_kernel_matches_the_float64_reference_over_several_blocks(masked):
+    import jax
+
+    kernel = _compiled_kernel()
+    rng = np.random.default_rng(21)
+    n_llms, n_items = 3 * kernel.BLOCK + 7, 37
+    theta, a, e = _item_model_args(rng, n_llms, n_items, scale=3.0)
+    theta[:2] = 40.0, -40.0  # logits far past the tanh clamp both ways
+    y, w = _responses(rng, (n_llms, n_items), masked)
+    args32 = [np.asarray(x, np.float32) for x in (theta, a, e, y, w)]
+    value, *grads = jax.jit(kernel.dense_2pl)(*args32)
+    ref_value, ref_grads = _reference_2pl(*(x.astype(float) for x in args32[:3]), y, w)
+    assert float(value) == pytest.approx(ref_value, rel=2e-6)
+    for got, want, name in zip(grads, ref_grads, ("theta", "a", "e"), strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=2e-4, err_msg=name)
+
+
+def test_compiled_2pl_kernel_gives_a_non_finite_value_for_a_non_finite_ability():
+    import jax
+
+    kernel = _compiled_kernel()
+    rng = np.random.default_rng(22)
+    theta, a, e = _item_model_args(rng, 9, 6, scale=1.0, dtype=np.float32)
+    theta[4] = np.nan
+    y, w = _responses(rng, (9, 6), masked=False)
+    value = jax.jit(kernel.dense_2pl)(theta, a, e, y.astype(np.float32), np.float32(w))[0]
+    assert not np.isfinite(float(value))
+
+
+def test_the_2pl_op_takes_the_compiled_kernel_only_where_it_is_exact():
+    from bayes_microbench.irt._likelihood import (
+        _compiled_kernel_applies,
+        bernoulli_3pl_loglik,
+        bernoulli_logit_2pl_loglik,
+    )
+
+    _compiled_kernel()
+    rng = np.random.default_rng(23)
+    y, mask = _responses(rng, (4, 5), masked=True)
+
+    def node(dtype, w, op=bernoulli_logit_2pl_loglik, extra=()):
+        vecs = [pt.tensor(n, shape=(None,), dtype=dtype) for n in ("theta", "a", "e")]
+        out = op(*vecs, *extra, y.astype(dtype), np.asarray(w, dtype))
+        return out.owner.op, out.owner
+
+    assert _compiled_kernel_applies(*node("float32", 1.0))
+    assert _compiled_kernel_applies(*node("float32", mask))
+    assert not _compiled_kernel_applies(*node("float64", mask))  # float32 kernel only
+    assert not _compiled_kernel_applies(*node("float32", 0.5 * mask))  # weights not 0/1
+    assert not _compiled_kernel_applies(*node("float32", 2.0))
+    floors = pt.tensor("c", shape=(None,), dtype="float32")
+    assert not _compiled_kernel_applies(*node("float32", 1.0, bernoulli_3pl_loglik, (floors,)))
+
+
+def test_the_environment_switch_keeps_the_xla_kernel(monkeypatch):
+    from bayes_microbench.irt import _ffi_2pl
+
+    monkeypatch.setattr(_ffi_2pl, "_state", {})
+    monkeypatch.setenv(_ffi_2pl.SWITCH, "0")
+    assert not _ffi_2pl.available()
+    assert f"{_ffi_2pl.SWITCH}=0" in _ffi_2pl._state["error"]

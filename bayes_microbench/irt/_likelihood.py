@@ -207,17 +207,46 @@ def _guessing_terms(xp: Any, eta: Any, c: Any, y: Any, w: Any) -> tuple[Any, Any
     return value, r, r_c
 
 
+def _compiled_kernel_applies(op: BernoulliLogit2PLLogLik, node: Apply | None) -> bool:
+    """Whether ``node`` can use the one-pass kernel of :mod:`._ffi_2pl` (and it works here).
+
+    The 2PL without guessing, in float32, on a dense matrix whose weights are a
+    constant scalar 1 or a constant 0/1 matrix.
+    """
+    from pytensor.graph.basic import Constant
+
+    if op.guessing or node is None or node.inputs[0].type.dtype != "float32":
+        return False
+    y, w = node.inputs[3], node.inputs[4]
+    if y.type.ndim != 2 or not isinstance(w, Constant) or w.type.ndim not in (0, 2):
+        return False
+    weights = np.asarray(w.data)
+    if not np.all((weights == 0) | (weights == 1)) or (w.type.ndim == 0 and weights != 1):
+        return False
+    from ._ffi_2pl import available
+
+    return available()
+
+
 @jax_funcify.register(BernoulliLogit2PLLogLik)
-def _jax_bernoulli_logit_2pl(op: BernoulliLogit2PLLogLik, **kwargs: Any) -> Any:
+def _jax_bernoulli_logit_2pl(
+    op: BernoulliLogit2PLLogLik, node: Apply | None = None, **kwargs: Any
+) -> Any:
     import jax
     import jax.numpy as jnp
 
     n_params = 4 if op.guessing else 3
+    compiled = _compiled_kernel_applies(op, node)
 
     def terms(*inputs: Any) -> tuple[Any, list[Any]]:
         # one dtype throughout (JAX's x64 mode may hand over mixed precisions)
         theta = inputs[0]
         _, a, e, c, y, w = op._split([theta, *(jnp.asarray(x, theta.dtype) for x in inputs[1:])])
+        if compiled and theta.dtype == jnp.float32:
+            from ._ffi_2pl import dense_2pl
+
+            value, *grads = dense_2pl(theta, a, e, y, w)
+            return value, grads
         eta = theta[:, None] * a[None, :] + e[None, :]
         extra = []
         if c is None:

@@ -1,0 +1,305 @@
+"""The dense float32 2PL likelihood as one compiled pass, called by XLA through JAX's FFI.
+
+XLA compiles :class:`~bayes_microbench.irt._likelihood.BernoulliLogit2PLLogLik`'s
+JAX kernel into several passes over the llm x item cells: it writes ``eta``,
+the sigmoid and the per-cell derivative to memory as full matrices and reads
+them back for each reduction. On GPQA (420 x 448) that costs about 0.6 ms per
+value-and-gradient call on one core of this project's machine, most of a NUTS
+gradient. This module computes the same sum and its gradients in one pass over
+the cells, in a Numba kernel that LLVM vectorizes, and hands it to XLA as a
+typed FFI custom call, so that the jitted log density calls it with no Python
+in between (0.25 ms on GPQA, measured by hand; ``benchmarks/bench_irt_sampling.py``
+has the end-to-end figures).
+
+Per cell the kernel evaluates ``sigmoid(eta) = (1 + tanh(eta / 2)) / 2`` with a
+rational ``tanh`` (the float32 approximation Eigen and XLA use) and
+``y * eta - softplus(eta) = y * eta - max(eta, 0) + log sigmoid(|eta|)``, the
+logs taken as running products over blocks of :data:`BLOCK` llms (each factor
+lies in [1/2, 1], so a block's product stays a normal float32): one ``log`` per
+block and item instead of one per cell.
+
+Importing this module compiles the kernels (Numba, cached on disk after the
+first time). :func:`available` registers the handler with XLA and checks it
+against numpy once per process. It must run in the process that samples, since
+the check starts JAX's CPU runtime, which a process that will fork chain
+workers must not do (see :mod:`._chains`). When anything fails, or when the
+environment sets ``BAYES_MICROBENCH_FFI_KERNEL=0``, the JAX kernel keeps its
+plain XLA form, which gives the same numbers to float32 rounding.
+
+The handler reads XLA's call frame by the layout of the XLA FFI C API, major
+version 0 (header ``xla/ffi/api/c_api.h`` shipped with jaxlib), and answers
+XLA's metadata query with the runtime's own API version. It reads only float32
+buffers of the shapes :func:`dense_2pl` passes: ``theta`` (n), ``a`` (m), ``e``
+(m), ``y`` (n, m) and ``w`` (n, m) of 0/1 or a scalar; a frame that does not
+match gets a NaN value, which the check (and a sampler) sees.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import carray, types
+from numba.extending import intrinsic
+
+#: XLA's name for the handler.
+TARGET = "bayes_microbench_dense_2pl_f32"
+
+#: llms per running product of ``sigmoid(|eta|)`` factors (each >= 1/2: >= 2**-64).
+BLOCK = 64
+
+_F32 = 11  # XLA_FFI_DataType_F32
+
+# Eigen's float32 tanh on [-CLAMP, CLAMP]: an odd numerator of degree 13 over an
+# even denominator of degree 6 (tanh is 1 to float32 precision beyond)
+_N13, _N11, _N9, _N7, _N5, _N3, _N1 = (np.float32(c) for c in (
+    -2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+    5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+    4.89352455891786e-03,
+))  # fmt: skip
+_D6, _D4, _D2, _D0 = (np.float32(c) for c in (
+    1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+    4.89352518554385e-03,
+))  # fmt: skip
+_CLAMP = np.float32(7.90531110763549805)
+_HALF, _ONE, _ZERO = np.float32(0.5), np.float32(1.0), np.float32(0.0)
+
+# reassociation lets LLVM vectorize the reductions; no 'nnan'/'ninf', so a
+# non-finite parameter still gives a non-finite value
+_FLAGS = {"nsz", "arcp", "contract", "afn", "reassoc"}
+
+_state: dict[str, Any] = {}
+
+
+@numba.njit(fastmath=_FLAGS, error_model="numpy", cache=True)
+def _row(th: Any, a: Any, e: Any, y: Any, w: Any, weighted: bool,
+         ga: Any, ge: Any, prod: Any) -> tuple[Any, Any]:  # fmt: skip
+    """One llm's cells: its gradient and its ``y * eta - max(eta, 0)`` sum."""
+    gi = _ZERO
+    vi = _ZERO
+    for j in range(a.shape[0]):
+        eta = th * a[j] + e[j]
+        x = min(max(_HALF * eta, -_CLAMP), _CLAMP)
+        x2 = x * x
+        p = x2 * _N13 + _N11
+        p = x2 * p + _N9
+        p = x2 * p + _N7
+        p = x2 * p + _N5
+        p = x2 * p + _N3
+        p = x2 * p + _N1
+        q = x2 * _D6 + _D4
+        q = x2 * q + _D2
+        q = x2 * q + _D0
+        s = _HALF + _HALF * (x * p / q)  # sigmoid(eta)
+        pos = eta >= _ZERO
+        lin = y[j] * eta - (eta if pos else _ZERO)
+        factor = s if pos else _ONE - s  # sigmoid(|eta|)
+        r = y[j] - s
+        if weighted:
+            lin *= w[j]
+            factor = _ONE + w[j] * (factor - _ONE)  # w in {0, 1}
+            r *= w[j]
+        vi += lin
+        prod[j] *= factor
+        gi += r * a[j]
+        ga[j] += r * th
+        ge[j] += r
+    return gi, vi
+
+
+@numba.njit(fastmath=_FLAGS, error_model="numpy", cache=True)
+def _kernel(theta: Any, a: Any, e: Any, y: Any, w: Any, weighted: bool,
+            gtheta: Any, ga: Any, ge: Any) -> Any:  # fmt: skip
+    """The log likelihood; writes its gradients in ``theta``, ``a``, ``e`` to the last three."""
+    n, m = y.shape
+    # per block of llms: float32 running products and item sums, added to
+    # float64 totals at the block's end (summed in float32 over all llms, a
+    # log-likelihood near -1e5 would round each addition to 0.008, and the item
+    # gradients would carry an error 7 times XLA's)
+    prod = np.ones(m, dtype=np.float32)
+    ga_block = np.zeros(m, dtype=np.float32)
+    ge_block = np.zeros(m, dtype=np.float32)
+    logs = np.zeros(m, dtype=np.float64)
+    ga_total = np.zeros(m, dtype=np.float64)
+    ge_total = np.zeros(m, dtype=np.float64)
+    value = 0.0
+    for i in range(n):
+        wi = w[i] if weighted else w[0]
+        gi, vi = _row(theta[i], a, e, y[i], wi, weighted, ga_block, ge_block, prod)
+        gtheta[i] = gi
+        value += vi
+        if (i + 1) % BLOCK == 0 or i == n - 1:
+            for j in range(m):
+                logs[j] += np.log(prod[j])
+                ga_total[j] += ga_block[j]
+                ge_total[j] += ge_block[j]
+                prod[j] = _ONE
+                ga_block[j] = _ZERO
+                ge_block[j] = _ZERO
+    ga[:] = ga_total
+    ge[:] = ge_total
+    return value + logs.sum()
+
+
+def _pointer_typing(typingctx: Any, address: Any) -> Any:
+    """An integer address as ``void *`` (for ``numba.carray``)."""
+    if not isinstance(address, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+
+    return types.voidptr(address), codegen
+
+
+_pointer: Any = intrinsic(_pointer_typing)
+
+
+@numba.njit(cache=True)
+def _words(address: Any, count: int) -> Any:
+    """``count`` 8-byte words at ``address``."""
+    return carray(_pointer(address), (count,), np.int64)
+
+
+@numba.njit(cache=True)
+def _data(buffer: Any, shape: Any) -> Any:
+    """The float32 array of an ``XLA_FFI_Buffer *`` (words: 3 data, 4 rank, 5 dims)."""
+    return carray(_pointer(_words(buffer, 6)[3]), shape, np.float32)
+
+
+@numba.cfunc(types.voidptr(types.voidptr), cache=True)
+def _handler(frame_ptr: Any) -> Any:
+    # XLA_FFI_CallFrame as 8-byte words: 0 struct_size, 1 extension_start, 2 api,
+    # 7 args.size, 9 args.args, 12 rets.size, 14 rets.rets; returns NULL (no error)
+    frame = carray(frame_ptr, (15,), np.int64)
+    # XLA_FFI_Api: api_version's major and minor are the int32s at bytes 32, 36
+    api = carray(_pointer(frame[2]), (10,), np.int32)
+    if frame[1] != 0:
+        # XLA_FFI_InternalExtension: 0 struct_size, 1 type; the metadata
+        # extension (type 1) holds an XLA_FFI_Metadata * at word 3
+        ext = _words(frame[1], 4)
+        if (ext[1] & 0xFFFFFFFF) == 1 and ext[0] >= 32:
+            meta = _words(ext[3], 6)
+            # XLA_FFI_Metadata: 0 struct_size, 8 api_version (struct_size,
+            # extension_start, int32 major at byte 24, minor at 28), uint32
+            # traits at byte 32, then (in newer layouts) state_type_id at 40
+            if meta[0] >= 36:
+                ints = carray(_pointer(ext[3]), (12,), np.int32)
+                meta[1] = 24
+                meta[2] = 0
+                ints[6] = api[8]
+                ints[7] = api[9]
+                ints[8] = 0
+                if meta[0] >= 48:
+                    meta[5] = 0  # stateless
+        return _pointer(0)
+    if frame[0] < 120 or frame[12] != 4:
+        return _pointer(0)
+    rets = _words(frame[14], 4)
+    value = _data(rets[0], (1,))
+    args = _words(frame[9], 5)
+    ok = api[8] == 0 and frame[7] == 5
+    for k in range(5 if ok else 0):
+        if (_words(args[k], 6)[2] & 0xFFFFFFFF) != _F32:  # XLA_FFI_Buffer's dtype
+            ok = False
+    if not ok:
+        value[0] = np.float32(np.nan)
+        return _pointer(0)
+    n = _words(_words(args[0], 6)[5], 1)[0]
+    m = _words(_words(args[1], 6)[5], 1)[0]
+    weighted = _words(args[4], 6)[4] == 2
+    value[0] = np.float32(
+        _kernel(
+            _data(args[0], (n,)),
+            _data(args[1], (m,)),
+            _data(args[2], (m,)),
+            _data(args[3], (n, m)),
+            _data(args[4], (n, m) if weighted else (1, 1)),
+            weighted,
+            _data(rets[1], (n,)),
+            _data(rets[2], (m,)),
+            _data(rets[3], (m,)),
+        )
+    )
+    return _pointer(0)
+
+
+#: Set to ``0`` to keep the plain XLA kernel (to compare, or to rule this one out).
+SWITCH = "BAYES_MICROBENCH_FFI_KERNEL"
+
+
+def available() -> bool:
+    """Whether the kernel is registered with XLA and passed its check (tried once a process)."""
+    if "ok" not in _state:
+        _state["ok"] = False
+        try:
+            import jax
+
+            if os.environ.get(SWITCH, "1") == "0":
+                raise RuntimeError(f"switched off by {SWITCH}=0")
+            if _header_major() != 0:
+                raise RuntimeError("this jaxlib's XLA FFI is not major version 0")
+            capsule = jax.ffi.pycapsule(_handler.ctypes)
+            jax.ffi.register_ffi_target(TARGET, capsule, platform="cpu")
+            _state["ok"] = _check()
+        except Exception as err:  # any failure: the plain XLA kernel is used
+            _state["error"] = f"{type(err).__name__}: {err}"
+    return bool(_state["ok"])
+
+
+def _header_major() -> int | None:
+    """``XLA_FFI_API_MAJOR`` of the C API header this jaxlib ships (None: not found)."""
+    import jax
+
+    header = Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h"
+    for line in header.read_text().splitlines():
+        if line.startswith("#define XLA_FFI_API_MAJOR"):
+            return int(line.split()[2])
+    return None
+
+
+def dense_2pl(theta: Any, a: Any, e: Any, y: Any, w: Any) -> Any:
+    """``(value, d/d theta, d/d a, d/d e)`` of the dense 2PL sum, float32 JAX arrays.
+
+    ``y`` is (n, m) and ``w`` a 0/1 (n, m) array or a scalar; call only when
+    :func:`available` is true.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    shapes = (
+        jax.ShapeDtypeStruct((), jnp.float32),
+        jax.ShapeDtypeStruct(theta.shape, jnp.float32),
+        jax.ShapeDtypeStruct(a.shape, jnp.float32),
+        jax.ShapeDtypeStruct(e.shape, jnp.float32),
+    )
+    call = jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")
+    return call(theta, a, e, y, jnp.asarray(w, jnp.float32))
+
+
+def _check() -> bool:
+    """The handler against float64 numpy, weighted and unweighted, over several blocks."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    n, m = 2 * BLOCK + 5, 11
+    theta = rng.normal(0.0, 2.0, n)
+    a = rng.lognormal(0.0, 0.7, m)
+    e = rng.normal(0.0, 3.0, m)
+    y = (rng.random((n, m)) < 0.5).astype(float)
+    eta = np.outer(theta, a) + e
+    for w in (np.float64(1.0), (rng.random((n, m)) < 0.8).astype(float)):
+        r = w * (y - 1.0 / (1.0 + np.exp(-eta)))
+        want = [np.sum(w * (y * eta - np.logaddexp(0.0, eta))), r @ a, theta @ r, r.sum(axis=0)]
+        args = [jnp.asarray(x, jnp.float32) for x in (theta, a, e, y, w)]
+        got = jax.jit(dense_2pl)(*args)
+        for g, x in zip(got, want, strict=True):
+            if not np.allclose(np.asarray(g, dtype=float), np.asarray(x), rtol=1e-4, atol=1e-3):
+                _state["error"] = "the FFI kernel disagreed with numpy on a test matrix"
+                return False
+    return True
