@@ -349,7 +349,7 @@ def report(
         "one core each and uses the fused likelihood Op (the 3PL since commit fa24b31; "
         "earlier 3PL rows autodiffed a `logaddexp` graph); since commit 091dab5 each worker "
         "hands nutpie the value and the gradient as one array (`lean_logp`: the same draws, "
-        "one host transfer per gradient). Since this section's run of 2026-11-30 ~05 UTC the "
+        "one host transfer per gradient). Since commit 21d1bb3 the "
         "float32 2PL likelihood is one compiled pass over the cells that XLA calls through "
         "JAX's FFI (`irt/_ffi_2pl.py`); `-xla` = the same model with that kernel switched off "
         "(`BAYES_MICROBENCH_FFI_KERNEL=0`: XLA's own passes, as in every earlier run). "
