@@ -263,10 +263,12 @@ def test_the_2pl_op_takes_the_compiled_kernel_only_where_it_is_exact():
     assert not _compiled_kernel_applies(*node("float32", 1.0, bernoulli_3pl_loglik, (floors,)))
 
 
-def test_the_environment_switch_keeps_the_xla_kernel(monkeypatch):
+def test_the_environment_switch_keeps_the_xla_kernel(monkeypatch, caplog):
     from bayes_microbench.irt import _ffi_2pl
 
     monkeypatch.setattr(_ffi_2pl, "_state", {})
     monkeypatch.setenv(_ffi_2pl.SWITCH, "0")
-    assert not _ffi_2pl.available()
+    with caplog.at_level("INFO", logger=_ffi_2pl.__name__):
+        assert not _ffi_2pl.available()
     assert f"{_ffi_2pl.SWITCH}=0" in _ffi_2pl._state["error"]
+    assert f"not used: RuntimeError: switched off by {_ffi_2pl.SWITCH}=0" in caplog.text

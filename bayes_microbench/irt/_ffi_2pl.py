@@ -40,6 +40,7 @@ match gets a NaN value, which the check (and a sampler) sees.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,8 @@ _HALF, _ONE, _ZERO = np.float32(0.5), np.float32(1.0), np.float32(0.0)
 _FLAGS = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
 _state: dict[str, Any] = {}
+
+logger = logging.getLogger(__name__)
 
 
 @numba.njit(fastmath=_FLAGS, error_model="numpy", cache=True)
@@ -252,6 +255,8 @@ def available() -> bool:
             _state["ok"] = _check()
         except Exception as err:  # any failure: the plain XLA kernel is used
             _state["error"] = f"{type(err).__name__}: {err}"
+        if not _state["ok"]:
+            logger.info("the FFI likelihood kernel is not used: %s", _state["error"])
     return bool(_state["ok"])
 
 
