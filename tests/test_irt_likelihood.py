@@ -238,29 +238,41 @@ def test_compiled_2pl_kernel_gives_a_non_finite_value_for_a_non_finite_ability()
     assert not np.isfinite(float(value))
 
 
+def _loglik_node(dtype, w, guessing=False):
+    """The Op and node of the dense 2PL (or 3PL) log likelihood on a 4 x 5 matrix."""
+    from bayes_microbench.irt._likelihood import bernoulli_3pl_loglik, bernoulli_logit_2pl_loglik
+
+    y = (np.random.default_rng(23).random((4, 5)) < 0.5).astype(dtype)
+    names = ("theta", "a", "e", "c") if guessing else ("theta", "a", "e")
+    vecs = [pt.tensor(n, shape=(None,), dtype=dtype) for n in names]
+    op = bernoulli_3pl_loglik if guessing else bernoulli_logit_2pl_loglik
+    out = op(*vecs, y, np.asarray(w, dtype))
+    return out.owner.op, out.owner
+
+
 def test_the_2pl_op_takes_the_compiled_kernel_only_where_it_is_exact():
-    from bayes_microbench.irt._likelihood import (
-        _compiled_kernel_applies,
-        bernoulli_3pl_loglik,
-        bernoulli_logit_2pl_loglik,
-    )
+    from bayes_microbench.irt._likelihood import _compiled_kernel_applies
 
     _compiled_kernel()
-    rng = np.random.default_rng(23)
-    y, mask = _responses(rng, (4, 5), masked=True)
+    mask = (np.random.default_rng(24).random((4, 5)) < 0.7).astype(float)
+    assert _compiled_kernel_applies(*_loglik_node("float32", 1.0))
+    assert _compiled_kernel_applies(*_loglik_node("float32", mask))
+    assert not _compiled_kernel_applies(*_loglik_node("float64", mask))  # float32 kernel only
+    assert not _compiled_kernel_applies(*_loglik_node("float32", 0.5 * mask))  # weights not 0/1
+    assert not _compiled_kernel_applies(*_loglik_node("float32", 2.0))
+    assert not _compiled_kernel_applies(*_loglik_node("float32", 1.0, guessing=True))
 
-    def node(dtype, w, op=bernoulli_logit_2pl_loglik, extra=()):
-        vecs = [pt.tensor(n, shape=(None,), dtype=dtype) for n in ("theta", "a", "e")]
-        out = op(*vecs, *extra, y.astype(dtype), np.asarray(w, dtype))
-        return out.owner.op, out.owner
 
-    assert _compiled_kernel_applies(*node("float32", 1.0))
-    assert _compiled_kernel_applies(*node("float32", mask))
-    assert not _compiled_kernel_applies(*node("float64", mask))  # float32 kernel only
-    assert not _compiled_kernel_applies(*node("float32", 0.5 * mask))  # weights not 0/1
-    assert not _compiled_kernel_applies(*node("float32", 2.0))
-    floors = pt.tensor("c", shape=(None,), dtype="float32")
-    assert not _compiled_kernel_applies(*node("float32", 1.0, bernoulli_3pl_loglik, (floors,)))
+def test_a_kernel_that_cannot_be_compiled_leaves_the_xla_kernel(monkeypatch, caplog):
+    import sys
+
+    from bayes_microbench.irt._likelihood import _compiled_kernel_applies
+
+    # as when Numba finds no directory to cache the kernel in: the import fails
+    monkeypatch.setitem(sys.modules, "bayes_microbench.irt._ffi_2pl", None)
+    with caplog.at_level("INFO", logger="bayes_microbench.irt._likelihood"):
+        assert not _compiled_kernel_applies(*_loglik_node("float32", 1.0))
+    assert "the FFI likelihood kernel is not used" in caplog.text
 
 
 def test_the_environment_switch_keeps_the_xla_kernel(monkeypatch, caplog):

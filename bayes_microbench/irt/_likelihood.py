@@ -25,6 +25,7 @@ for a complete matrix) are data: no gradient flows to them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -223,8 +224,11 @@ def _compiled_kernel_applies(op: BernoulliLogit2PLLogLik, node: Apply | None) ->
     weights = np.asarray(w.data)
     if not np.all((weights == 0) | (weights == 1)) or (w.type.ndim == 0 and weights != 1):
         return False
-    from ._ffi_2pl import available
-
+    try:  # importing compiles the kernel (e.g. Numba may find no cache directory)
+        from ._ffi_2pl import available
+    except Exception as err:
+        logging.getLogger(__name__).info("the FFI likelihood kernel is not used: %s", err)
+        return False
     return available()
 
 
