@@ -248,8 +248,9 @@ def available() -> bool:
 
             if os.environ.get(SWITCH, "1") == "0":
                 raise RuntimeError(f"switched off by {SWITCH}=0")
-            if _header_major() != 0:
-                raise RuntimeError("this jaxlib's XLA FFI is not major version 0")
+            major = _header_major()
+            if major != 0:
+                raise RuntimeError(f"this jaxlib's XLA FFI header gives major version {major}")
             capsule = jax.ffi.pycapsule(_handler.ctypes)
             jax.ffi.register_ffi_target(TARGET, capsule, platform="cpu")
             _state["ok"] = _check()
