@@ -331,7 +331,8 @@ def item_draws(
         # a non-finite loading makes its norm non-finite: the check below names the item
         a = np.sqrt((loadings**2).sum(axis=2))
         # the saved difficulty is -intercept / |loadings|: rebuild it from the intercept
-        # so that the logit holds exactly (also where every loading is 0)
+        # so that the logit holds exactly (a draw whose loadings are all 0, which the
+        # log-normal first loading rules out, would get difficulty 0 and lose its intercept)
         with np.errstate(divide="ignore", invalid="ignore"):
             b = np.where(a > 0, -grab("intercept", 0.0) / a, 0.0)
     else:
