@@ -49,10 +49,11 @@ def test_value_and_symbolic_gradient_match_reference(case, mode):
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-12)
 
 
-def _float32_jax_autodiff(op, args, seed):
-    """JAX value and gradients of ``op(*inputs, y, w)`` at float32 ``args`` (y, w: 5 x 8).
+def _float32_jax_autodiff(op, args, seed, constants=()):
+    """JAX value and gradients of ``op(*inputs, *constants, y, w)`` at float32 ``args``.
 
-    Returns the value, the gradients and ``y``, ``w`` (as float64 for the references).
+    ``y``, ``w``: 5 x 8, constant. Returns the value, the gradients in ``args``
+    and ``y``, ``w`` (as float64 for the references).
     """
     jax = pytest.importorskip("jax")
     from pymc.sampling.jax import get_jaxified_graph
@@ -63,7 +64,8 @@ def _float32_jax_autodiff(op, args, seed):
     inputs = [
         pt.tensor(f"x{k}", shape=(None,) * np.ndim(x), dtype="float32") for k, x in enumerate(args)
     ]
-    fn = get_jaxified_graph(inputs=inputs, outputs=[op(*inputs, y, w)])
+    consts = [np.asarray(c, np.float32) for c in constants]
+    fn = get_jaxified_graph(inputs=inputs, outputs=[op(*inputs, *consts, y, w)])
     argnums = tuple(range(len(args)))
     value, grads = jax.value_and_grad(lambda *x: fn(*x)[0], argnums=argnums)(*args)
     assert np.asarray(value).dtype == np.float32
@@ -208,8 +210,18 @@ def _compiled_kernel():
     return _ffi_2pl
 
 
+def _reference_3pl(theta, a, e, c, y, w):
+    """The 3PL value and its gradients in ``theta``, ``a``, ``e`` (float64)."""
+    eta = np.outer(theta, a) + e[None, :]
+    sig = 1.0 / (1.0 + np.exp(-eta))
+    p = c + (1.0 - c) * sig
+    r = w * (y * (1.0 - c) * sig * (1.0 - sig) / p - (1.0 - y) * sig)
+    return _reference_3pl_value(theta, a, e, c, y, w), (r @ a, theta @ r, r.sum(axis=0))
+
+
+@pytest.mark.parametrize("floors", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
-def test_compiled_2pl_kernel_matches_the_float64_reference_over_several_blocks(masked):
+def test_compiled_kernel_matches_the_float64_reference_over_several_blocks(masked, floors):
     import jax
 
     kernel = _compiled_kernel()
@@ -219,11 +231,38 @@ def test_compiled_2pl_kernel_matches_the_float64_reference_over_several_blocks(m
     theta[:2] = 40.0, -40.0  # logits far past the tanh clamp both ways
     y, w = _responses(rng, (n_llms, n_items), masked)
     args32 = [np.asarray(x, np.float32) for x in (theta, a, e, y, w)]
-    value, *grads = jax.jit(kernel.dense_2pl)(*args32)
-    ref_value, ref_grads = _reference_2pl(*(x.astype(float) for x in args32[:3]), y, w)
+    as64 = [x.astype(float) for x in args32[:3]]
+    if floors:  # 1/K for K = 2 to 20, and a hard item every llm gets right at the lowest
+        c = (1.0 / rng.integers(2, 21, n_items)).astype(np.float32)
+        c[3], e[3], y[:, 3] = kernel.MIN_FLOOR, -40.0, 1.0
+        args32 = [np.asarray(x, np.float32) for x in (theta, a, e, y, w)]
+        value, *grads = jax.jit(kernel.dense_2pl)(*args32, c)
+        as64 = [x.astype(float) for x in args32[:3]]
+        ref_value, ref_grads = _reference_3pl(*as64, c.astype(float), y, w)
+    else:
+        value, *grads = jax.jit(kernel.dense_2pl)(*args32)
+        ref_value, ref_grads = _reference_2pl(*as64, y, w)
     assert float(value) == pytest.approx(ref_value, rel=2e-6)
     for got, want, name in zip(grads, ref_grads, ("theta", "a", "e"), strict=True):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=2e-4, err_msg=name)
+
+
+def test_fused_3pl_with_constant_floors_takes_the_compiled_kernel_in_jax(monkeypatch):
+    from bayes_microbench.irt._likelihood import bernoulli_3pl_loglik
+
+    kernel = _compiled_kernel()
+    dense = kernel.dense_2pl
+    rng = np.random.default_rng(17)
+    floors = rng.uniform(0.1, 0.4, size=8).astype(np.float32)
+    args = _item_model_args(rng, 5, 8, scale=2.0, dtype=np.float32)
+    calls = []
+    monkeypatch.setattr(kernel, "dense_2pl", lambda *x: calls.append(1) or dense(*x))
+    value, grads, y, w = _float32_jax_autodiff(bernoulli_3pl_loglik, args, 7, constants=[floors])
+    assert calls  # traced through the kernel
+    ref_value, ref_grads = _reference_3pl(*(x.astype(float) for x in args), floors, y, w)
+    assert value == pytest.approx(ref_value, rel=1e-5)
+    for got, want, name in zip(grads, ref_grads, ("theta", "a", "e"), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=name)
 
 
 def test_compiled_2pl_kernel_gives_a_non_finite_value_for_a_non_finite_ability():
@@ -238,19 +277,25 @@ def test_compiled_2pl_kernel_gives_a_non_finite_value_for_a_non_finite_ability()
     assert not np.isfinite(float(value))
 
 
-def _loglik_node(dtype, w, guessing=False):
-    """The Op and node of the dense 2PL (or 3PL) log likelihood on a 4 x 5 matrix."""
+def _loglik_node(dtype, w, floors=None):
+    """The Op and node of the dense 2PL (or 3PL) log likelihood on a 4 x 5 matrix.
+
+    ``floors``: None (2PL), ``"variable"`` (3PL, floors an input) or constant floors.
+    """
     from bayes_microbench.irt._likelihood import bernoulli_3pl_loglik, bernoulli_logit_2pl_loglik
 
     y = (np.random.default_rng(23).random((4, 5)) < 0.5).astype(dtype)
-    names = ("theta", "a", "e", "c") if guessing else ("theta", "a", "e")
-    vecs = [pt.tensor(n, shape=(None,), dtype=dtype) for n in names]
-    op = bernoulli_3pl_loglik if guessing else bernoulli_logit_2pl_loglik
+    vecs = [pt.tensor(n, shape=(None,), dtype=dtype) for n in ("theta", "a", "e")]
+    if isinstance(floors, str):
+        vecs.append(pt.tensor("c", shape=(None,), dtype=dtype))
+    elif floors is not None:
+        vecs.append(np.asarray(floors, dtype))
+    op = bernoulli_logit_2pl_loglik if floors is None else bernoulli_3pl_loglik
     out = op(*vecs, y, np.asarray(w, dtype))
     return out.owner.op, out.owner
 
 
-def test_the_2pl_op_takes_the_compiled_kernel_only_where_it_is_exact():
+def test_the_op_takes_the_compiled_kernel_only_where_it_is_exact():
     from bayes_microbench.irt._likelihood import _compiled_kernel_applies
 
     _compiled_kernel()
@@ -260,7 +305,12 @@ def test_the_2pl_op_takes_the_compiled_kernel_only_where_it_is_exact():
     assert not _compiled_kernel_applies(*_loglik_node("float64", mask))  # float32 kernel only
     assert not _compiled_kernel_applies(*_loglik_node("float32", 0.5 * mask))  # weights not 0/1
     assert not _compiled_kernel_applies(*_loglik_node("float32", 2.0))
-    assert not _compiled_kernel_applies(*_loglik_node("float32", 1.0, guessing=True))
+    # the 3PL with constant floors in (0, 1) only (the kernel gives no gradient in them)
+    assert _compiled_kernel_applies(*_loglik_node("float32", mask, floors=np.full(5, 0.25)))
+    assert not _compiled_kernel_applies(*_loglik_node("float32", 1.0, floors="variable"))
+    assert not _compiled_kernel_applies(*_loglik_node("float32", 1.0, floors=np.zeros(5)))
+    assert not _compiled_kernel_applies(*_loglik_node("float32", 1.0, floors=np.full(5, 0.01)))
+    assert not _compiled_kernel_applies(*_loglik_node("float64", 1.0, floors=np.full(5, 0.25)))
 
 
 def test_a_kernel_that_cannot_be_compiled_leaves_the_xla_kernel(monkeypatch, caplog):

@@ -1,16 +1,17 @@
-"""The dense float32 2PL likelihood as one compiled pass, called by XLA through JAX's FFI.
+"""The dense float32 2PL (and fixed-floor 3PL) likelihood as one compiled pass, called by XLA.
 
 XLA compiles :class:`~bayes_microbench.irt._likelihood.BernoulliLogit2PLLogLik`'s
 JAX kernel into several passes over the llm x item cells: it writes ``eta``,
 the sigmoid and the per-cell derivative to memory as full matrices and reads
 them back for each reduction. On GPQA (420 x 448) that costs about 0.6 ms per
 value-and-gradient call on one core of this project's machine, most of a NUTS
-gradient. This module computes the same sum and its gradients in one pass over
-the cells, in a Numba kernel that LLVM vectorizes, and hands it to XLA as a
-typed FFI custom call, so that the jitted log density calls it with no Python
-in between: 0.22 ms per call on GPQA against XLA's 0.56 ms (medians, one pinned
-core, measured by hand; ``benchmarks/bench_irt_sampling.py`` has the end-to-end
-figures).
+gradient (about 1 ms for the 3PL). This module computes the same sum and its
+gradients in one pass over the cells, in a Numba kernel that LLVM vectorizes,
+and hands it to XLA as a typed FFI custom call, so that the jitted log density
+calls it with no Python in between: 0.22 ms per call on GPQA against XLA's
+0.56 ms, and 0.32 ms against 0.94 ms for the 3PL with floors 1/4 (medians, one
+pinned core, measured by hand; ``benchmarks/bench_irt_sampling.py`` has the
+end-to-end figures).
 
 Per cell the kernel evaluates ``sigmoid(eta) = (1 + tanh(eta / 2)) / 2`` with a
 rational ``tanh`` (the float32 approximation Eigen and XLA use) and
@@ -20,7 +21,12 @@ lies in [1/2, 1], so a block's product stays a normal float32): one ``log`` per
 block and item instead of one per cell. The block's item sums are added to
 float64 totals, so the value and the item gradients are at least as accurate as
 XLA's (against float64 on GPQA-sized random parameters, by hand: value error
-0.001 against XLA's 0.017, largest gradient error 3e-5 against 2e-4).
+0.001 against XLA's 0.017, largest gradient error 3e-5 against 2e-4). The 3PL
+(``P = c + (1 - c) * sigmoid(eta)`` with constant floors ``c`` of at least
+:data:`MIN_FLOOR`) puts a correct cell's ``P`` (at least ``c``) in the product
+and shortens the blocks so that it cannot underflow; its value and gradients
+agree with float64 as closely as XLA's (by hand: value error 0.004 for both,
+largest gradient error 5e-5 against 1.2e-4).
 
 Importing this module compiles the kernels (Numba, cached on disk after the
 first time). :func:`available` registers the handler with XLA and checks it
@@ -34,8 +40,9 @@ The handler reads XLA's call frame by the layout of the XLA FFI C API, major
 version 0 (header ``xla/ffi/api/c_api.h`` shipped with jaxlib), and answers
 XLA's metadata query with the runtime's own API version. It reads only float32
 buffers of the shapes :func:`dense_2pl` passes: ``theta`` (n), ``a`` (m), ``e``
-(m), ``y`` (n, m) and ``w`` (n, m) of 0/1 or a scalar; a frame that does not
-match gets a NaN value, which the check (and a sampler) sees.
+(m), for the 3PL ``c`` (m), then ``y`` (n, m) and ``w`` (n, m) of 0/1 or a
+scalar; a frame that does not match gets a NaN value, which the check (and a
+sampler) sees.
 """
 
 from __future__ import annotations
@@ -71,6 +78,14 @@ _D6, _D4, _D2, _D0 = (np.float32(c) for c in (
     4.89352518554385e-03,
 ))  # fmt: skip
 _CLAMP = np.float32(7.90531110763549805)
+# the rational sigmoid is off by up to 2**-23 in absolute terms far in its tails
+# (it levels off at 2**-23 below eta = -15.9): taken as 0 below -16.6 (where
+# sigmoid = 2**-24), it stays within 6e-8 of the truth (the 3PL needs that)
+_TAIL = np.float32(-16.6)
+
+#: The smallest 3PL floor the kernel takes: with floor c a correct cell's
+#: ``log P`` carries the sigmoid's absolute error (up to 6e-8) divided by c.
+MIN_FLOOR = 0.05
 _HALF, _ONE, _ZERO = np.float32(0.5), np.float32(1.0), np.float32(0.0)
 
 # reassociation lets LLVM vectorize the reductions; no 'nnan'/'ninf', so a
@@ -83,25 +98,31 @@ logger = logging.getLogger(__name__)
 
 
 @numba.njit(fastmath=_FLAGS, error_model="numpy", cache=True)
+def _sigmoid(eta: Any) -> Any:
+    """``sigmoid(eta) = (1 + tanh(eta / 2)) / 2`` with Eigen's rational float32 ``tanh``."""
+    x = min(max(_HALF * eta, -_CLAMP), _CLAMP)
+    x2 = x * x
+    p = x2 * _N13 + _N11
+    p = x2 * p + _N9
+    p = x2 * p + _N7
+    p = x2 * p + _N5
+    p = x2 * p + _N3
+    p = x2 * p + _N1
+    q = x2 * _D6 + _D4
+    q = x2 * q + _D2
+    q = x2 * q + _D0
+    return _HALF + _HALF * (x * p / q)
+
+
+@numba.njit(fastmath=_FLAGS, error_model="numpy", cache=True)
 def _row(th: Any, a: Any, e: Any, y: Any, w: Any, weighted: bool,
          ga: Any, ge: Any, prod: Any) -> tuple[Any, Any]:  # fmt: skip
-    """One llm's cells: its gradient and its ``y * eta - max(eta, 0)`` sum."""
+    """One llm's cells (2PL): its gradient and its ``y * eta - max(eta, 0)`` sum."""
     gi = _ZERO
     vi = _ZERO
     for j in range(a.shape[0]):
         eta = th * a[j] + e[j]
-        x = min(max(_HALF * eta, -_CLAMP), _CLAMP)
-        x2 = x * x
-        p = x2 * _N13 + _N11
-        p = x2 * p + _N9
-        p = x2 * p + _N7
-        p = x2 * p + _N5
-        p = x2 * p + _N3
-        p = x2 * p + _N1
-        q = x2 * _D6 + _D4
-        q = x2 * q + _D2
-        q = x2 * q + _D0
-        s = _HALF + _HALF * (x * p / q)  # sigmoid(eta)
+        s = _sigmoid(eta)
         pos = eta >= _ZERO
         lin = y[j] * eta - (eta if pos else _ZERO)
         factor = s if pos else _ONE - s  # sigmoid(|eta|)
@@ -119,14 +140,62 @@ def _row(th: Any, a: Any, e: Any, y: Any, w: Any, weighted: bool,
 
 
 @numba.njit(fastmath=_FLAGS, error_model="numpy", cache=True)
-def _kernel(theta: Any, a: Any, e: Any, y: Any, w: Any, weighted: bool,
+def _row_floor(th: Any, a: Any, e: Any, c: Any, log_1mc: Any, y: Any, w: Any, weighted: bool,
+               ga: Any, ge: Any, prod: Any) -> tuple[Any, Any]:  # fmt: skip
+    """One llm's cells with floors ``c`` (3PL): its gradient and the sum outside the logs.
+
+    ``P = c + (1 - c) * sigmoid(eta)``: a correct cell puts ``P`` in the
+    running product, a wrong one ``sigmoid(|eta|)`` and ``log(1 - c) - max(eta, 0)``
+    in the sum (``log(1 - P) = log(1 - c) - softplus(eta)``).
+    """
+    gi = _ZERO
+    vi = _ZERO
+    vc = _ZERO
+    for j in range(a.shape[0]):
+        eta = th * a[j] + e[j]
+        s = _sigmoid(eta) if eta >= _TAIL else _ZERO
+        pos = eta >= _ZERO
+        correct = y[j] > _HALF
+        p = c[j] + (_ONE - c[j]) * s
+        lin = _ZERO if correct else -(eta if pos else _ZERO)
+        const = _ZERO if correct else log_1mc[j]
+        factor = p if correct else (s if pos else _ONE - s)
+        r = (_ONE - c[j]) * s * (_ONE - s) / p if correct else -s
+        if weighted:
+            lin *= w[j]
+            const *= w[j]
+            factor = _ONE + w[j] * (factor - _ONE)  # w in {0, 1}
+            r *= w[j]
+        vi += lin
+        vc += const
+        prod[j] *= factor
+        gi += r * a[j]
+        ga[j] += r * th
+        ge[j] += r
+    return gi, np.float64(vi) + np.float64(vc)
+
+
+@numba.njit(fastmath=_FLAGS, error_model="numpy", cache=True)
+def _kernel(theta: Any, a: Any, e: Any, c: Any, y: Any, w: Any, weighted: bool, floor: bool,
             gtheta: Any, ga: Any, ge: Any) -> Any:  # fmt: skip
-    """The log likelihood; writes its gradients in ``theta``, ``a``, ``e`` to the last three."""
+    """The log likelihood; writes its gradients in ``theta``, ``a``, ``e`` to the last three.
+
+    ``floor``: the 3PL with floors ``c`` (item, each in [:data:`MIN_FLOOR`, 1));
+    else the 2PL (``c`` is not read).
+    """
     n, m = y.shape
     # per block of llms: float32 running products and item sums, added to
     # float64 totals at the block's end (summed in float32 over all llms, a
     # log-likelihood near -1e5 would round each addition to 0.008, and the item
     # gradients would carry an error 7 times XLA's)
+    block = BLOCK
+    log_1mc = np.zeros(m, dtype=np.float32)
+    if floor:
+        # each factor is at least min(c, 1/2): keep a block's product above 2**-100
+        smallest = min(np.float64(c.min()), 0.5)
+        block = max(1, min(BLOCK, int(100.0 / -np.log2(smallest))))
+        for j in range(m):
+            log_1mc[j] = np.log1p(-c[j])
     prod = np.ones(m, dtype=np.float32)
     ga_block = np.zeros(m, dtype=np.float32)
     ge_block = np.zeros(m, dtype=np.float32)
@@ -136,10 +205,15 @@ def _kernel(theta: Any, a: Any, e: Any, y: Any, w: Any, weighted: bool,
     value = 0.0
     for i in range(n):
         wi = w[i] if weighted else w[0]
-        gi, vi = _row(theta[i], a, e, y[i], wi, weighted, ga_block, ge_block, prod)
+        if floor:
+            gi, vi = _row_floor(
+                theta[i], a, e, c, log_1mc, y[i], wi, weighted, ga_block, ge_block, prod
+            )
+        else:
+            gi, vi = _row(theta[i], a, e, y[i], wi, weighted, ga_block, ge_block, prod)
         gtheta[i] = gi
         value += vi
-        if (i + 1) % BLOCK == 0 or i == n - 1:
+        if (i + 1) % block == 0 or i == n - 1:
             for j in range(m):
                 logs[j] += np.log(prod[j])
                 ga_total[j] += ga_block[j]
@@ -208,25 +282,29 @@ def _handler(frame_ptr: Any) -> Any:
         return _pointer(0)
     rets = _words(frame[14], 4)
     value = _data(rets[0], (1,))
-    args = _words(frame[9], 5)
-    ok = api[8] == 0 and frame[7] == 5
-    for k in range(5 if ok else 0):
+    args = _words(frame[9], 6)
+    n_args = frame[7]
+    ok = api[8] == 0 and (n_args == 5 or n_args == 6)
+    for k in range(n_args if ok else 0):
         if (_words(args[k], 6)[2] & 0xFFFFFFFF) != _F32:  # XLA_FFI_Buffer's dtype
             ok = False
     if not ok:
         value[0] = np.float32(np.nan)
         return _pointer(0)
+    floor = n_args == 6  # theta, a, e, (c,) y, w
     n = _words(_words(args[0], 6)[5], 1)[0]
     m = _words(_words(args[1], 6)[5], 1)[0]
-    weighted = _words(args[4], 6)[4] == 2
+    weighted = _words(args[n_args - 1], 6)[4] == 2
     value[0] = np.float32(
         _kernel(
             _data(args[0], (n,)),
             _data(args[1], (m,)),
             _data(args[2], (m,)),
-            _data(args[3], (n, m)),
-            _data(args[4], (n, m) if weighted else (1, 1)),
+            _data(args[3], (m,) if floor else (1,)),
+            _data(args[n_args - 2], (n, m)),
+            _data(args[n_args - 1], (n, m) if weighted else (1, 1)),
             weighted,
+            floor,
             _data(rets[1], (n,)),
             _data(rets[2], (m,)),
             _data(rets[3], (m,)),
@@ -272,11 +350,12 @@ def _header_major() -> int | None:
     return None
 
 
-def dense_2pl(theta: Any, a: Any, e: Any, y: Any, w: Any) -> Any:
+def dense_2pl(theta: Any, a: Any, e: Any, y: Any, w: Any, c: Any = None) -> Any:
     """``(value, d/d theta, d/d a, d/d e)`` of the dense 2PL sum, float32 JAX arrays.
 
-    ``y`` is (n, m) and ``w`` a 0/1 (n, m) array or a scalar; call only when
-    :func:`available` is true.
+    ``y`` is (n, m) and ``w`` a 0/1 (n, m) array or a scalar. With ``c`` (item,
+    each floor in [:data:`MIN_FLOOR`, 1)) the 3PL's sum, ``P(correct) = c + (1 - c) * sigmoid(eta)``;
+    no gradient in ``c``. Call only when :func:`available` is true.
     """
     import jax
     import jax.numpy as jnp
@@ -288,11 +367,12 @@ def dense_2pl(theta: Any, a: Any, e: Any, y: Any, w: Any) -> Any:
         jax.ShapeDtypeStruct(e.shape, jnp.float32),
     )
     call = jax.ffi.ffi_call(TARGET, shapes, vmap_method="sequential")
-    return call(theta, a, e, y, jnp.asarray(w, jnp.float32))
+    floors = () if c is None else (jnp.asarray(c, jnp.float32),)
+    return call(theta, a, e, *floors, y, jnp.asarray(w, jnp.float32))
 
 
 def _check() -> bool:
-    """The handler against float64 numpy, weighted and unweighted, over several blocks."""
+    """The handler against float64 numpy, weighted and not, 2PL and 3PL, over several blocks."""
     import jax
     import jax.numpy as jnp
 
@@ -303,13 +383,22 @@ def _check() -> bool:
     e = rng.normal(0.0, 3.0, m)
     y = (rng.random((n, m)) < 0.5).astype(float)
     eta = np.outer(theta, a) + e
-    for w in (np.float64(1.0), (rng.random((n, m)) < 0.8).astype(float)):
-        r = w * (y - 1.0 / (1.0 + np.exp(-eta)))
-        want = [np.sum(w * (y * eta - np.logaddexp(0.0, eta))), r @ a, theta @ r, r.sum(axis=0)]
-        args = [jnp.asarray(x, jnp.float32) for x in (theta, a, e, y, w)]
-        got = jax.jit(dense_2pl)(*args)
-        for g, x in zip(got, want, strict=True):
-            if not np.allclose(np.asarray(g, dtype=float), np.asarray(x), rtol=1e-4, atol=1e-3):
-                _state["error"] = "the FFI kernel disagreed with numpy on a test matrix"
-                return False
+    sig = 1.0 / (1.0 + np.exp(-eta))
+    c = np.full(m, 0.25)
+    for floors in (None, c):
+        for w in (np.float64(1.0), (rng.random((n, m)) < 0.8).astype(float)):
+            if floors is None:
+                cells = y * eta - np.logaddexp(0.0, eta)
+                r = w * (y - sig)
+            else:
+                p = c + (1.0 - c) * sig
+                cells = y * np.log(p) + (1.0 - y) * np.log1p(-p)
+                r = w * (y * (1.0 - c) * sig * (1.0 - sig) / p - (1.0 - y) * sig)
+            want = [np.sum(w * cells), r @ a, theta @ r, r.sum(axis=0)]
+            args = [jnp.asarray(x, jnp.float32) for x in (theta, a, e, y, w)]
+            got = jax.jit(dense_2pl)(*args, floors)
+            for g, x in zip(got, want, strict=True):
+                if not np.allclose(np.asarray(g, dtype=float), np.asarray(x), rtol=1e-4, atol=1e-3):
+                    _state["error"] = "the FFI kernel disagreed with numpy on a test matrix"
+                    return False
     return True

@@ -211,23 +211,28 @@ def _guessing_terms(xp: Any, eta: Any, c: Any, y: Any, w: Any) -> tuple[Any, Any
 def _compiled_kernel_applies(op: BernoulliLogit2PLLogLik, node: Apply | None) -> bool:
     """Whether ``node`` can use the one-pass kernel of :mod:`._ffi_2pl` (and it works here).
 
-    The 2PL without guessing, in float32, on a dense matrix whose weights are a
-    constant scalar 1 or a constant 0/1 matrix.
+    Float32, on a dense matrix whose weights are a constant scalar 1 or a
+    constant 0/1 matrix; the 2PL, or the 3PL with constant floors (fixed at
+    1/K: the kernel gives no gradient in them) of at least ``MIN_FLOOR`` (K <= 20).
     """
     from pytensor.graph.basic import Constant
 
-    if op.guessing or node is None or node.inputs[0].type.dtype != "float32":
+    if node is None or node.inputs[0].type.dtype != "float32":
         return False
-    y, w = node.inputs[3], node.inputs[4]
+    _, _, _, c, y, w = op._split(node.inputs)
+    if c is not None and (not isinstance(c, Constant) or c.type.ndim != 1):
+        return False
     if y.type.ndim != 2 or not isinstance(w, Constant) or w.type.ndim not in (0, 2):
         return False
     weights = np.asarray(w.data)
     if not np.all((weights == 0) | (weights == 1)) or (w.type.ndim == 0 and weights != 1):
         return False
     try:  # importing compiles the kernel (e.g. Numba may find no cache directory)
-        from ._ffi_2pl import available
+        from ._ffi_2pl import MIN_FLOOR, available
     except Exception as err:
         logging.getLogger(__name__).info("the FFI likelihood kernel is not used: %s", err)
+        return False
+    if c is not None and not np.all((c.data >= MIN_FLOOR) & (c.data < 1)):
         return False
     return available()
 
@@ -249,8 +254,9 @@ def _jax_bernoulli_logit_2pl(
         if compiled and theta.dtype == jnp.float32:
             from ._ffi_2pl import dense_2pl
 
-            value, *grads = dense_2pl(theta, a, e, y, w)
-            return value, grads
+            value, *grads = dense_2pl(theta, a, e, y, w, c)
+            # constant floors (see _compiled_kernel_applies): no gradient flows to them
+            return value, grads + ([] if c is None else [jnp.zeros_like(c)])
         eta = theta[:, None] * a[None, :] + e[None, :]
         extra = []
         if c is None:
