@@ -56,6 +56,7 @@ VARIANTS: dict[str, tuple[str, str, str, dict, str]] = {
     "textbook-nutpie": ("2pl", "textbook", "nutpie", {}, "auto"),
     "3pl-nutpie": ("3pl", "decoupled", "nutpie", {"n_options": 4}, "auto"),
     "3pl-nutpie-tn": ("3pl", "decoupled", "nutpie", {"n_options": 4, **TN}, "auto"),
+    "3pl-nutpie-tn-xla": ("3pl", "decoupled", "nutpie", {"n_options": 4, **TN}, "auto"),
     "3pl-learned-nutpie": ("3pl", "decoupled", "nutpie", {}, "auto"),
 }
 DEFAULT = ["decoupled-nutpie", "decoupled-nutpie-tn", "decoupled-nutpie-diag"]
