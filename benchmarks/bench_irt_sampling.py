@@ -352,7 +352,9 @@ def report(
         "hands nutpie the value and the gradient as one array (`lean_logp`: the same draws, "
         "one host transfer per gradient). Since commit 21d1bb3 the "
         "float32 2PL likelihood is one compiled pass over the cells that XLA calls through "
-        "JAX's FFI (`irt/_ffi_2pl.py`); `-xla` = the same model with that kernel switched off "
+        "JAX's FFI (`irt/_ffi_2pl.py`), and since commit 2d57184 the 3PL's with its floors "
+        "fixed (`3pl-*`: floors 1/4; since ddb2d93 its items' slopes are centred by the "
+        "3PL's information); `-xla` = the same model with that kernel switched off "
         "(`BAYES_MICROBENCH_FFI_KERNEL=0`: XLA's own passes, as in every earlier run). "
         "Peak MiB = the largest single "
         "process (each of the two workers holds about that much).",
