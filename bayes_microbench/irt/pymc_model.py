@@ -151,8 +151,10 @@ def item_centers(data: IRTData, init: dict[str, np.ndarray] | None = None) -> np
     correlated around ``c = 0`` but not around its own centre. The information
     of an llm about ``eta`` is ``P'(eta)**2 / (P (1 - P))``: ``sigmoid'(eta)``
     for the 2PL; a fixed 3PL floor moves it to the llms above the floor (on
-    GPQA's 3PL, floors 1/4, by hand, seeds 0 and 1: the lowest 1% of the
-    per-parameter bulk ESS rose from 236-266 to 357-437 against 2PL weights).
+    GPQA's 3PL, floors 1/4, by hand, seeds 0 and 1, against 2PL weights: the
+    lowest 1% of the per-parameter bulk ESS rose from 236-266 to 357-437 and
+    the parameters with R-hat above 1.01 fell from 16-47 to 7; the worst R-hat
+    went 1.0284 -> 1.0179 on seed 1 but 1.0155 -> 1.0178 on seed 0).
     ``init``: the :func:`initial_values` of ``data`` when already computed.
     """
     init = initial_values(data) if init is None else init
