@@ -7,8 +7,9 @@ fresh subprocess with a timeout; wall time counts load + build + compile +
 fit; CPU time and peak memory (max RSS) are the child's own (``os.wait4``).
 
 Before a NUTS fit the child times one log-density gradient of the same model
-(JAX-compiled, as nutpie uses it) and reports it at once, so that a run
-stopped at the timeout still shows its cost per gradient. NUTS runs a short
+(the callable the NUTS workers hand nutpie) in a forked process of its own and
+reports it at once, so that a run stopped at the timeout still shows its cost
+per gradient; the fit then runs its chains in forked workers as ``fit`` does. NUTS runs a short
 2 x (``--nuts-tune`` + ``--nuts-draws``); the report gives its measured time,
 its leapfrog steps per draw and diagnostics, and, labelled as a projection,
 the cost of 2 x (1000 + 1000) from the measured time per gradient.
@@ -87,24 +88,63 @@ def truth_coverage(post: Any, truth: Any) -> dict[str, float]:
 
 
 def time_gradient(im: Any) -> dict[str, Any]:
-    """Seconds per log density + gradient of the model NUTS samples (JAX, float32)."""
+    """Seconds per log density + gradient of the model NUTS samples, as nutpie calls it.
+
+    The callable the NUTS workers hand nutpie (JAX, float32, through the FFI
+    likelihood kernel where it applies), timed alone on one process.
+    """
+    import warnings
+
     import numpy as np
+    import nutpie
     import pytensor
     from pymc.blocking import DictToArrayBijection
+
+    from bayes_microbench.irt._chains import lean_logp
 
     param = im.auto_parameterization("nuts")  # the model fit("nuts") samples
     with pytensor.config.change_flags(floatX="float32"):
         model = im.build_model(parameterization=param, float32=True)
         point = model.initial_point(0)
-        fn = model.logp_dlogp_function(ravel_inputs=True, initial_point=point, mode="JAX")
+        compiled = nutpie.compile_pymc_model(
+            model, backend="jax", gradient_backend="jax", jitter_rvs=set()
+        )
+        fn = lean_logp(compiled)._make_logp_func()
+        # float32 sampling: JAX notes that float64 constants become 32-bit
+        warnings.filterwarnings("ignore", message="Explicitly requested dtype")
         x = DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars}).data
         x = np.asarray(x, dtype="float32")
-        fn(x)
+        value, grad = fn(x)
+        if not (np.isfinite(value) and np.all(np.isfinite(grad))):
+            raise RuntimeError("the log density or its gradient is not finite at the start")
         reps, start = 0, time.perf_counter()
         while reps < 50 and time.perf_counter() - start < 10:
             fn(x)
             reps += 1
     return {"gradient_s": (time.perf_counter() - start) / reps, "parameterization": param}
+
+
+def _in_child(task: Any) -> None:
+    """Run ``task`` in a forked child and wait for it.
+
+    The gradient timing starts JAX's runtime; in the process that then samples
+    that would make the NUTS chains threads of one process instead of forked
+    workers (see ``irt/_chains.py``), which is not how ``fit`` runs them.
+    """
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            task()
+        except BaseException as err:  # the child reports and exits, never returns
+            print(f"gradient timing failed: {type(err).__name__}: {err}", file=sys.stderr)
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.waitpid(pid, 0)
 
 
 def one(name: str, method: str, tune: int, draws: int, grad_only: bool = False) -> None:
@@ -120,8 +160,7 @@ def one(name: str, method: str, tune: int, draws: int, grad_only: bool = False) 
     out: dict[str, Any] = {"n_llms": resp.n_llms, "n_items": resp.n_items}
     out["cells"] = int(np.isfinite(im.data.values).sum())
     if method == "nuts":
-        out.update(time_gradient(im))
-        print(json.dumps(out, default=float), flush=True)
+        _in_child(lambda: print(json.dumps(out | time_gradient(im), default=float)))
         if grad_only:
             return
     start = time.perf_counter()
