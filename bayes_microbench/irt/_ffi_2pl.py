@@ -282,9 +282,9 @@ def _handler(frame_ptr: Any) -> Any:
         return _pointer(0)
     rets = _words(frame[14], 4)
     value = _data(rets[0], (1,))
-    args = _words(frame[9], 6)
     n_args = frame[7]
     ok = api[8] == 0 and (n_args == 5 or n_args == 6)
+    args = _words(frame[9], n_args if ok else 0)
     for k in range(n_args if ok else 0):
         if (_words(args[k], 6)[2] & 0xFFFFFFFF) != _F32:  # XLA_FFI_Buffer's dtype
             ok = False
@@ -354,8 +354,9 @@ def dense_2pl(theta: Any, a: Any, e: Any, y: Any, w: Any, c: Any = None) -> Any:
     """``(value, d/d theta, d/d a, d/d e)`` of the dense 2PL sum, float32 JAX arrays.
 
     ``y`` is (n, m) and ``w`` a 0/1 (n, m) array or a scalar. With ``c`` (item,
-    each floor in [:data:`MIN_FLOOR`, 1)) the 3PL's sum, ``P(correct) = c + (1 - c) * sigmoid(eta)``;
-    no gradient in ``c``. Call only when :func:`available` is true.
+    each floor in [:data:`MIN_FLOOR`, 1)) the 3PL's sum, with
+    ``P(correct) = c + (1 - c) * sigmoid(eta)``; no gradient in ``c``. Call only
+    when :func:`available` is true.
     """
     import jax
     import jax.numpy as jnp
