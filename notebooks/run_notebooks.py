@@ -34,8 +34,14 @@ def execute(path: Path, *, fast: bool, save: bool, timeout: int = 1200) -> float
     os.environ["BAYES_MICROBENCH_FAST"] = "1" if fast else "0"
     try:
         start = time.perf_counter()
+        # a first kernel in a fresh checkout on a busy 2-core machine can take
+        # longer than nbclient's default 60 s to answer (seen once in a clean-clone run)
         client = NotebookClient(
-            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}
+            nb,
+            timeout=timeout,
+            startup_timeout=600,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(HERE)}},
         )
         client.execute()
         elapsed = time.perf_counter() - start
