@@ -9,10 +9,10 @@ fit; CPU time and peak memory (max RSS) are the child's own (``os.wait4``).
 Before a NUTS fit the child times one log-density gradient of the same model
 (the callable the NUTS workers hand nutpie) in a forked process of its own and
 reports it at once, so that a run stopped at the timeout still shows its cost
-per gradient; the fit then runs its chains in forked workers as ``fit`` does. NUTS runs a short
-2 x (``--nuts-tune`` + ``--nuts-draws``); the report gives its measured time,
-its leapfrog steps per draw and diagnostics, and, labelled as a projection,
-the cost of 2 x (1000 + 1000) from the measured time per gradient.
+per gradient; the fit then runs its chains in forked workers as ``fit`` does.
+NUTS runs a short 2 x (``--nuts-tune`` + ``--nuts-draws``); the report gives its
+measured time, its leapfrog steps per draw and diagnostics, and, labelled as a
+projection, the cost of 2 x (1000 + 1000) from the measured time per gradient.
 
 Per-run results are kept in ``benchmarks/results/irt_scale.json`` keyed by
 (data, method), each with its date, commit and load; a run with a subset of
@@ -124,15 +124,21 @@ def time_gradient(im: Any) -> dict[str, Any]:
     return {"gradient_s": (time.perf_counter() - start) / reps, "parameterization": param}
 
 
-def _in_child(task: Any) -> None:
-    """Run ``task`` in a forked child and wait for it.
+def _in_child(task: Any) -> int:
+    """Run ``task`` in a forked child, wait for it and return its exit status.
 
     The gradient timing starts JAX's runtime; in the process that then samples
     that would make the NUTS chains threads of one process instead of forked
     workers (see ``irt/_chains.py``), which is not how ``fit`` runs them.
     """
+    import warnings
+
     sys.stdout.flush()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python 3.12 warns about forking a multi-threaded process (BLAS pools), as
+        # for fit's own chain workers; the child builds its model and starts JAX afresh
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:
         code = 0
         try:
@@ -144,7 +150,7 @@ def _in_child(task: Any) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-    os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 def one(name: str, method: str, tune: int, draws: int, grad_only: bool = False) -> None:
@@ -160,8 +166,10 @@ def one(name: str, method: str, tune: int, draws: int, grad_only: bool = False) 
     out: dict[str, Any] = {"n_llms": resp.n_llms, "n_items": resp.n_items}
     out["cells"] = int(np.isfinite(im.data.values).sum())
     if method == "nuts":
-        _in_child(lambda: print(json.dumps(out | time_gradient(im), default=float)))
+        status = _in_child(lambda: print(json.dumps(out | time_gradient(im), default=float)))
         if grad_only:
+            if status != 0:
+                raise SystemExit("the gradient could not be timed (see above)")
             return
     start = time.perf_counter()
     with warnings.catch_warnings():
