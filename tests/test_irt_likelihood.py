@@ -230,14 +230,13 @@ def test_compiled_kernel_matches_the_float64_reference_over_several_blocks(maske
     theta, a, e = _item_model_args(rng, n_llms, n_items, scale=3.0)
     theta[:2] = 40.0, -40.0  # logits far past the tanh clamp both ways
     y, w = _responses(rng, (n_llms, n_items), masked)
-    args32 = [np.asarray(x, np.float32) for x in (theta, a, e, y, w)]
-    as64 = [x.astype(float) for x in args32[:3]]
     if floors:  # 1/K for K = 2 to 20, and a hard item every llm gets right at the lowest
         c = (1.0 / rng.integers(2, 21, n_items)).astype(np.float32)
         c[3], e[3], y[:, 3] = kernel.MIN_FLOOR, -40.0, 1.0
-        args32 = [np.asarray(x, np.float32) for x in (theta, a, e, y, w)]
+    args32 = [np.asarray(x, np.float32) for x in (theta, a, e, y, w)]
+    as64 = [x.astype(float) for x in args32[:3]]
+    if floors:
         value, *grads = jax.jit(kernel.dense_2pl)(*args32, c)
-        as64 = [x.astype(float) for x in args32[:3]]
         ref_value, ref_grads = _reference_3pl(*as64, c.astype(float), y, w)
     else:
         value, *grads = jax.jit(kernel.dense_2pl)(*args32)
