@@ -96,20 +96,16 @@ def time_gradient(im: Any) -> dict[str, Any]:
     import warnings
 
     import numpy as np
-    import nutpie
     import pytensor
     from pymc.blocking import DictToArrayBijection
 
-    from bayes_microbench.irt._chains import lean_logp
+    from bayes_microbench.irt._chains import compile_for_nutpie
 
     param = im.auto_parameterization("nuts")  # the model fit("nuts") samples
     with pytensor.config.change_flags(floatX="float32"):
         model = im.build_model(parameterization=param, float32=True)
         point = model.initial_point(0)
-        compiled = nutpie.compile_pymc_model(
-            model, backend="jax", gradient_backend="jax", jitter_rvs=set()
-        )
-        fn = lean_logp(compiled)._make_logp_func()
+        fn = compile_for_nutpie(model)._make_logp_func()
         # float32 sampling: JAX notes that float64 constants become 32-bit
         warnings.filterwarnings("ignore", message="Explicitly requested dtype")
         x = DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars}).data

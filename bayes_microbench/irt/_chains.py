@@ -61,14 +61,7 @@ def nutpie_draws(
     """Sample ``model`` with nutpie in this process; raw draws and statistics as arrays."""
     import nutpie
 
-    # start every chain at the data-driven initial values: nutpie's default
-    # U(-1, 1) jitter of all unconstrained values (e.g. the ability scale)
-    # can leave a chain stuck far out in the tails for the whole run (the
-    # initial values are chosen so that no gradient entry is exactly 0,
-    # which nutpie's mass-matrix initialization needs)
-    compiled = lean_logp(
-        nutpie.compile_pymc_model(model, backend="jax", gradient_backend="jax", jitter_rvs=set())
-    )
+    compiled = compile_for_nutpie(model)
     with warnings.catch_warnings():
         # float32 sampling: JAX notes that int64/float64 constants become 32-bit
         warnings.filterwarnings("ignore", message="Explicitly requested dtype")
@@ -85,6 +78,22 @@ def nutpie_draws(
             save_warmup=False,  # nutpie's default keeps (and expands) every warm-up draw
         )
     return draws_and_stats(tree, model)
+
+
+def compile_for_nutpie(model: Any) -> Any:
+    """``model`` compiled for nutpie as the NUTS workers sample it: JAX, lean callback.
+
+    Every chain starts at the data-driven initial values: nutpie's default
+    U(-1, 1) jitter of all unconstrained values (e.g. the ability scale) can
+    leave a chain stuck far out in the tails for the whole run (the initial
+    values are chosen so that no gradient entry is exactly 0, which nutpie's
+    mass-matrix initialization needs).
+    """
+    import nutpie
+
+    return lean_logp(
+        nutpie.compile_pymc_model(model, backend="jax", gradient_backend="jax", jitter_rvs=set())
+    )
 
 
 def lean_logp(compiled: Any) -> Any:

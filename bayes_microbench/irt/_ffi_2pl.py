@@ -377,6 +377,8 @@ def _check() -> bool:
     import jax
     import jax.numpy as jnp
 
+    from ._likelihood import _guessing_terms
+
     rng = np.random.default_rng(0)
     n, m = 2 * BLOCK + 5, 11
     theta = rng.normal(0.0, 2.0, n)
@@ -384,18 +386,11 @@ def _check() -> bool:
     e = rng.normal(0.0, 3.0, m)
     y = (rng.random((n, m)) < 0.5).astype(float)
     eta = np.outer(theta, a) + e
-    sig = 1.0 / (1.0 + np.exp(-eta))
-    c = np.full(m, 0.25)
-    for floors in (None, c):
+    for floors in (None, np.full(m, 0.25)):
         for w in (np.float64(1.0), (rng.random((n, m)) < 0.8).astype(float)):
-            if floors is None:
-                cells = y * eta - np.logaddexp(0.0, eta)
-                r = w * (y - sig)
-            else:
-                p = c + (1.0 - c) * sig
-                cells = y * np.log(p) + (1.0 - y) * np.log1p(-p)
-                r = w * (y * (1.0 - c) * sig * (1.0 - sig) / p - (1.0 - y) * sig)
-            want = [np.sum(w * cells), r @ a, theta @ r, r.sum(axis=0)]
+            # the Op's float64 terms (a floor of 0 is the 2PL)
+            value, r, _ = _guessing_terms(np, eta, 0.0 if floors is None else floors, y, w)
+            want = [value, r @ a, theta @ r, r.sum(axis=0)]
             args = [jnp.asarray(x, jnp.float32) for x in (theta, a, e, y, w)]
             got = jax.jit(dense_2pl)(*args, floors)
             for g, x in zip(got, want, strict=True):
