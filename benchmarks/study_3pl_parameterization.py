@@ -1,0 +1,241 @@
+"""NUTS for the 3PL: centered or non-centered items, on well-specified and real data.
+
+``fit(parameterization="auto")`` samples a 2PL or 3PL of ``CENTERED_MIN_LLMS``
+llms or more with centered items (``"decoupled"``): each item is seen by
+hundreds of llms, so the data pin down its slope and intercept. A 3PL with a
+guessing floor spends much of that information: an llm near the floor says
+little about an item's slope, so on a hard benchmark (GPQA: accuracy near
+0.3 over a floor of 0.25) the items' slopes rest on few llms and the
+hierarchical prior matters. This study measures both forms on 3PL data drawn
+from the model (``simulate_responses``, floors 1/K known and fixed at the
+truth) and on GPQA's real matrix, whose 1/4 floor contradicts 158 items.
+
+Designs (``DESIGNS``): ``gpqa-like`` (the simulator's GPQA preset: 420 x 448,
+3 subtasks, 4 options, accuracy about 0.3), ``gpqa-like-strong`` (the same
+with abilities shifted up by 1.5, accuracy about 0.5), ``200x100`` (the GPQA
+preset at 200 llms x 100 items), ``mmlu-pro-like`` (the MMLU-Pro preset at
+450 llms x 1400 items: 14 subtasks, 10 options) and ``gpqa`` (the real
+matrix, floors 1/4). A design's simulated matrix is drawn with the row's seed.
+
+Variants: ``decoupled`` (centered items) and ``decoupled-nc`` (non-centered
+items), both with the default lognormal discrimination prior; ``decoupled-tn``
+(centered, truncated-normal prior) on request.
+
+Each (design, variant, seed) is one 3PL NUTS fit, 2 chains x (1000 tune + 1000
+draws), in a fresh process (as a user's fit runs: chains in forked workers).
+Reported: the fit call's wall time, the worst R-hat and bulk / tail ESS over
+the checked parameters (and which parameter), divergences, leapfrog steps per
+draw, and for simulated data the correlation of the posterior-mean abilities
+with the truth. Converged = the package's own check.
+
+Usage::
+
+    .venv/bin/python benchmarks/study_3pl_parameterization.py
+        [--designs gpqa-like,200x100] [--variants decoupled,decoupled-nc]
+        [--seeds 0,1] [--no-report] [--report-only]
+
+Results accumulate in ``benchmarks/results/3pl_parameterization.json`` (a
+rerun of a (design, variant, seed) replaces its row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import commit, write_section
+
+HERE = Path(__file__).resolve().parent
+GPQA = HERE.parent.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
+RESULTS = HERE / "results" / "3pl_parameterization.json"
+#: design -> (simulator preset, overrides); None: the real GPQA matrix
+DESIGNS: dict[str, tuple[str, dict] | None] = {
+    "gpqa-like": ("gpqa", {}),
+    "gpqa-like-strong": ("gpqa", {"ability_mean": 1.5}),
+    "200x100": ("gpqa", {"n_llms": 200, "n_items": 100}),
+    "mmlu-pro-like": ("mmlu-pro", {"n_items": 1400}),
+    "gpqa": None,
+}
+DEFAULT_DESIGNS = ("gpqa-like", "gpqa-like-strong", "200x100", "gpqa")
+#: variant -> (parameterization, discrimination prior)
+VARIANTS = {
+    "decoupled": ("decoupled", "lognormal"),
+    "decoupled-nc": ("decoupled-nc", "lognormal"),
+    "decoupled-tn": ("decoupled", "truncated-normal"),
+}
+DEFAULT_VARIANTS = ("decoupled", "decoupled-nc")
+
+
+def data(design: str, seed: int) -> tuple:
+    """The design's responses and, for simulated data, the true abilities."""
+    from bayes_microbench import load_responses, simulate_responses
+
+    spec = DESIGNS[design]
+    if spec is None:
+        return load_responses(str(GPQA)), None
+    preset, overrides = spec
+    resp, truth = simulate_responses(preset, random_seed=seed, return_truth=True, **overrides)
+    return resp, truth.ability.to_numpy()
+
+
+def one(design: str, variant: str, seed: int) -> dict:
+    """Fit one (design, variant, seed) in this process; the row of the report."""
+    import warnings
+
+    import numpy as np
+
+    from bayes_microbench.irt import IRTModel
+
+    parameterization, prior = VARIANTS[variant]
+    resp, ability = data(design, seed)
+    config = {"discrimination_prior": prior}
+    if DESIGNS[design] is None:
+        config["n_options"] = 4
+    model = IRTModel(resp, "3pl", config=config)
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the row reports what the warning would say
+        fit = model.fit(
+            "nuts",
+            chains=2,
+            draws=1000,
+            tune=1000,
+            random_seed=seed,
+            progressbar=False,
+            parameterization=parameterization,
+        )
+    wall = time.perf_counter() - t
+    assert fit.diagnostics is not None
+    corr = None
+    if ability is not None:
+        mean = fit.posterior["ability"].mean(("chain", "draw")).to_numpy()
+        corr = float(np.corrcoef(mean, ability)[0, 1])
+    return {
+        "design": design,
+        "shape": f"{resp.n_llms} x {resp.n_items}",
+        "accuracy": float(np.nanmean(resp.values)),
+        "variant": variant,
+        "seed": seed,
+        "wall_s": wall,
+        "ability_corr": corr,
+        **fit.diagnostics.to_dict(),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| design | llms x items | accuracy | variant | seed | fit s | max R-hat | min bulk ESS "
+        "| min tail ESS | divergences | steps/draw | converged | worst R-hat at "
+        "| lowest bulk ESS at | ability corr | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = {name: k for k, name in enumerate(DESIGNS)}
+    vorder = {name: k for k, name in enumerate(VARIANTS)}
+    for r in sorted(rows, key=lambda r: (order[r["design"]], r["seed"], vorder[r["variant"]])):
+        corr = "" if r["ability_corr"] is None else f"{r['ability_corr']:.3f}"
+        lines.append(
+            f"| {r['design']} | {r['shape']} | {r['accuracy']:.2f} | {r['variant']} "
+            f"| {r['seed']} | {r['wall_s']:.0f} | {r['max_rhat']:.4f} | {r['min_ess_bulk']:.0f} "
+            f"| {r['min_ess_tail']:.0f} | {r['divergences']} | {r['mean_tree_size']:.1f} "
+            f"| {r['ok']} | {r['worst_rhat']} | {r['worst_ess_bulk']} | {corr} "
+            f"| {r['load']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--designs", default=",".join(DEFAULT_DESIGNS))
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--no-report", action="store_true")
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite the section from the saved rows"
+    )
+    parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        row = one(args.one[0], args.one[1], int(args.one[2]))
+        print("ROW " + json.dumps(row, default=float))
+        return 0
+    if args.report_only:
+        report(json.loads(RESULTS.read_text())["rows"])
+        return 0
+    designs = [d for d in args.designs.split(",") if d]
+    variants = [v for v in args.variants.split(",") if v]
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    for name in designs:
+        if name not in DESIGNS:
+            parser.error(f"unknown design {name!r}; known: {list(DESIGNS)}")
+        if DESIGNS[name] is None and not GPQA.exists():
+            print(f"{GPQA} not present; drop the design 'gpqa'", file=sys.stderr)
+            return 1
+    for name in variants:
+        if name not in VARIANTS:
+            parser.error(f"unknown variant {name!r}; known: {list(VARIANTS)}")
+    saved = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    head = commit()  # the code the fits run (read once: a commit made meanwhile is not theirs)
+    for seed in seeds:
+        for design in designs:
+            for variant in variants:
+                load = os.getloadavg()[0]
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", design, variant, str(seed)],
+                    capture_output=True,
+                    text=True,
+                )
+                lines = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
+                if out.returncode != 0 or not lines:
+                    print(
+                        f"{design} {variant} {seed}: failed\n{out.stderr[-2000:]}", file=sys.stderr
+                    )
+                    return 1
+                row = json.loads(lines[-1][4:])
+                row.update(load=load, date=stamp, commit=head)
+                print(json.dumps(row), flush=True)
+                key = (design, variant, seed)
+                saved = [r for r in saved if (r["design"], r["variant"], r["seed"]) != key]
+                saved.append(row)
+                RESULTS.parent.mkdir(exist_ok=True)
+                RESULTS.write_text(json.dumps({"rows": saved}, indent=1) + "\n")
+    if not args.no_report:
+        report(saved)
+    return 0
+
+
+def report(saved: list[dict]) -> None:
+    """Write the section from every saved row."""
+    runs = sorted({(r["date"], r["commit"]) for r in saved})
+    setup = (
+        "3PL NUTS, 2 chains x (1000 tune + 1000 draws), one fresh process per row; fit s = "
+        "the fit call (build, compile, sampling). Simulated designs are drawn from the "
+        "3PL with floors 1/K, which the fit fixes at the truth; `gpqa` is the real "
+        "matrix (floors 1/4). Variants: `decoupled` = centered items, `decoupled-nc` = "
+        "non-centered items (both lognormal prior); `-tn` = the truncated-normal prior, "
+        "centered. `load` = the 1-minute load average at the row's start (2 shared "
+        "cores: wall times inflate with load). Rows from "
+        + "; ".join(f"{d} (commit {c})" for d, c in runs)
+        + "."
+    )
+    write_section(
+        "study_3pl_parameterization",
+        "NUTS for the 3PL: centered or non-centered items",
+        "\n\n".join(x for x in (setup, table(saved), READING) if x),
+        run=runs[-1],
+    )
+
+
+#: The reading of the saved rows (written once they are measured).
+READING = ""
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
