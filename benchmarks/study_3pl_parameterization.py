@@ -11,11 +11,12 @@ from the model (``simulate_responses``, floors 1/K known and fixed at the
 truth) and on GPQA's real matrix, whose 1/4 floor contradicts 158 items.
 
 Designs (``DESIGNS``): ``gpqa-like`` (the simulator's GPQA preset: 420 x 448,
-3 subtasks, 4 options, accuracy about 0.3), ``gpqa-like-strong`` (the same
-with abilities shifted up by 1.5, accuracy about 0.5), ``200x100`` (the GPQA
-preset at 200 llms x 100 items), ``mmlu-pro-like`` (the MMLU-Pro preset at
-450 llms x 1400 items: 14 subtasks, 10 options) and ``gpqa`` (the real
-matrix, floors 1/4). A design's simulated matrix is drawn with the row's seed.
+3 subtasks, 4 options, accuracy about 0.3), ``gpqa-like-mid`` and
+``gpqa-like-strong`` (the same with abilities shifted up by 0.75 and 1.5:
+accuracy about 0.34 and 0.39), ``200x100`` (the GPQA preset at 200 llms x 100
+items), ``mmlu-pro-like`` (the MMLU-Pro preset at 450 llms x 1400 items: 14
+subtasks, 10 options) and ``gpqa`` (the real matrix, floors 1/4). A design's
+simulated matrix is drawn with the row's seed.
 
 Variants: ``decoupled`` (centered items) and ``decoupled-nc`` (non-centered
 items), both with the default lognormal discrimination prior; ``decoupled-tn``
@@ -58,6 +59,7 @@ RESULTS = HERE / "results" / "3pl_parameterization.json"
 #: design -> (simulator preset, overrides); None: the real GPQA matrix
 DESIGNS: dict[str, tuple[str, dict] | None] = {
     "gpqa-like": ("gpqa", {}),
+    "gpqa-like-mid": ("gpqa", {"ability_mean": 0.75}),
     "gpqa-like-strong": ("gpqa", {"ability_mean": 1.5}),
     "200x100": ("gpqa", {"n_llms": 200, "n_items": 100}),
     "mmlu-pro-like": ("mmlu-pro", {"n_items": 1400}),

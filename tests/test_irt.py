@@ -242,6 +242,63 @@ def test_truncated_normal_is_suggested_only_where_it_was_measured_to_help():
         warn_if_unconverged(failed, hint="try this")
 
 
+def test_slope_sd_shrinks_with_llms_and_grows_near_the_floor():
+    from bayes_microbench.irt.config import IRTConfig
+    from bayes_microbench.irt.data import IRTData
+    from bayes_microbench.irt.pymc_model import slope_sd
+
+    def sd_of(resp, model="3pl"):
+        return slope_sd(IRTData.from_responses(resp, IRTConfig(model=model)))
+
+    def median_sd(model="3pl", **kw):
+        resp = simulate_responses("gpqa", n_items=60, random_seed=0, **kw)
+        return float(np.median(sd_of(resp, model)))
+
+    # information adds up over llms: the same 100 llms 4 times, half the sd
+    resp = simulate_responses("gpqa", n_llms=100, n_items=60, random_seed=0)
+    four = Responses.from_arrays(
+        np.tile(resp.values, (4, 1)),
+        [f"{name}#{k}" for k in range(4) for name in resp.llms],
+        resp.items,
+        n_options=resp.n_options,
+    )
+    np.testing.assert_allclose(sd_of(four) / sd_of(resp), 0.5, rtol=0.02)
+    # a floor spends the information of the llms near it: hard items, weak slopes
+    assert median_sd(n_llms=400) > 1.3 * median_sd(n_llms=400, ability_mean=1.5)
+    assert median_sd(n_llms=400) > 1.3 * median_sd("2pl", n_llms=400)  # same data, no floor
+
+
+def test_auto_samples_weakly_informed_3pl_items_non_centered():
+    from bayes_microbench.irt.pymc_model import WEAK_SLOPE_SD
+
+    # the simulator's GPQA preset: accuracy 0.3 over a 0.25 floor
+    hard = simulate_responses("gpqa", random_seed=0)
+    fit = IRTModel(hard, "3pl")
+    assert fit.weak_slopes and fit.auto_parameterization("nuts") == "decoupled-nc"
+    assert fit.auto_parameterization("advi") == "non-centered"
+    # an unconverged fit of it is not sent to the centered items (worse there) nor
+    # to the truncated normal (centered: worse too)
+    fit.parameterization = "decoupled-nc"
+    assert fit.convergence_hint("truncated normal", "centered items") == ""
+    # abilities shifted up: the slopes are informed, the items centered
+    strong = simulate_responses("gpqa", ability_mean=1.5, random_seed=0)
+    assert IRTModel(strong, "3pl").auto_parameterization("nuts") == "decoupled"
+    # the other priors and models keep the centered items at 420 llms
+    assert IRTModel(hard, "2pl").auto_parameterization("nuts") == "decoupled"
+    tn = IRTModel(hard, "3pl", config={"discrimination_prior": "truncated-normal"})
+    assert not tn.weak_slopes and tn.auto_parameterization("nuts") == "decoupled"
+    learned = Responses.from_arrays(hard.values, hard.llms, hard.items)  # no K: floors learned
+    assert not IRTModel(learned, "3pl").weak_slopes
+    # items below their floor (as on GPQA): the centered form mixed better there
+    values = hard.values.copy()
+    values[:, :20] = 0.0
+    misfit = Responses.from_arrays(values, hard.llms, hard.items, n_options=hard.n_options)
+    model = IRTModel(misfit, "3pl")
+    assert model.floor_misfit and not model.weak_slopes
+    assert model.auto_parameterization("nuts") == "decoupled"
+    assert 0.0 < WEAK_SLOPE_SD < 1.0
+
+
 # ------------------------------------------------------- one tiny NUTS fit
 @pytest.fixture(scope="module")
 def tiny():

@@ -8,6 +8,7 @@ make a new one.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -136,11 +137,14 @@ class IRTModel:
         items mixed better, though with divergences on some
         (``benchmarks/study_small_matrices.py``).
         """
+        from .pymc_model import CENTERED_MIN_LLMS
+
         if self.floor_misfit:
             return self.floor_misfit
         if self.truncated_normal_may_help:
             return truncated_normal
-        return centered_items if self.parameterization == "decoupled-nc" else ""
+        small = self.data.n_llms < CENTERED_MIN_LLMS
+        return centered_items if self.parameterization == "decoupled-nc" and small else ""
 
     def auto_parameterization(self, method: str) -> str:
         """The parameterization ``fit(method, parameterization="auto")`` samples in."""
@@ -149,11 +153,35 @@ class IRTModel:
         centered = method == "nuts" and self.data.n_llms >= CENTERED_MIN_LLMS
         if self.is_multidim:
             return "centered" if centered else "non-centered"
-        if centered:
+        if centered and not self.weak_slopes:
             return "decoupled"
         if method == "nuts" and self.lognormal_discrimination:
             return "decoupled-nc"
         return "non-centered"
+
+    @functools.cached_property
+    def weak_slopes(self) -> bool:
+        """Whether this 3PL's data pin its items' slopes down too loosely to center them.
+
+        True for a lognormal-prior 3PL with fixed floors that no item contradicts
+        (no :attr:`floor_misfit`) whose median item slope is weakly informed: its
+        likelihood alone leaves ``log discrimination`` an sd above
+        ``WEAK_SLOPE_SD`` (:func:`~bayes_microbench.irt.pymc_model.slope_sd`). A
+        floor spends the information of every llm near it, so on a hard
+        benchmark the slopes rest on the few strong llms and the centered items
+        meet a funnel in the subtask sd. NUTS then samples the items
+        non-centered (``"decoupled-nc"``) at any number of llms. Measured on
+        simulated 3PL data (``benchmarks/study_3pl_parameterization.py``). On
+        GPQA's real matrix, whose 1/4 floor 158 items contradict, the centered
+        form mixed better, so a floor misfit keeps it.
+        """
+        from .pymc_model import WEAK_SLOPE_SD, slope_sd
+
+        if not (self.config.model == "3pl" and self.lognormal_discrimination):
+            return False
+        if self.floor_misfit or not (self.data.guessing_fixed > 0).any():
+            return False
+        return bool(np.median(slope_sd(self.data)) > WEAK_SLOPE_SD)
 
     @property
     def lognormal_discrimination(self) -> bool:
@@ -177,6 +205,7 @@ class IRTModel:
             and self.sampler is not None
             and self.sampler.method == "nuts"
             and self.data.n_llms >= CENTERED_MIN_LLMS
+            and not self.weak_slopes
         )
 
     def build_model(self, *, parameterization: str | None = None, float32: bool = True) -> Any:

@@ -106,8 +106,15 @@ from .data import IRTData
 
 PARAMETERIZATIONS = ("decoupled", "decoupled-nc", "slope-intercept", "non-centered", "textbook")
 
-#: NUTS samples centered item parameters ("decoupled") from this many llms on.
+#: NUTS samples centered item parameters ("decoupled") from this many llms on
+#: (but see ``WEAK_SLOPE_SD``).
 CENTERED_MIN_LLMS = 100
+
+#: A fixed-floor lognormal 3PL whose median item :func:`slope_sd` exceeds this is
+#: sampled non-centered ("decoupled-nc") at any size (``IRTModel.weak_slopes``);
+#: the simulator's GPQA preset sits at 0.30-0.33, with abilities shifted up by 1.5
+#: at 0.22-0.23, GPQA's 2PL at 0.13.
+WEAK_SLOPE_SD = 0.27
 
 #: Prior sd of the radius of ``u`` around sqrt(n-1): close to each u's posterior sd.
 RADIUS_SD = 0.3
@@ -141,34 +148,58 @@ def initial_values(data: IRTData) -> dict[str, np.ndarray]:
     return {"z": z, "logit_item": logit_item}
 
 
-def item_centers(data: IRTData, init: dict[str, np.ndarray] | None = None) -> np.ndarray:
-    """Per item, the information-weighted mean of the starting abilities.
+def _information(data: IRTData, init: dict[str, np.ndarray]) -> np.ndarray:
+    """Each observed cell's Fisher information about its logit, at the starting values.
 
-    Writing an item's logit as ``a * (v - c) + e'`` instead of ``a * v + e``
-    makes ``a`` and ``e'`` nearly uncorrelated in the posterior when ``c`` is
-    where the item's Fisher information sits: for a hard item only the strong
-    llms carry information, so its slope and intercept are strongly
-    correlated around ``c = 0`` but not around its own centre. The information
-    of an llm about ``eta`` is ``P'(eta)**2 / (P (1 - P))``: ``sigmoid'(eta)``
-    for the 2PL; a fixed 3PL floor moves it to the llms above the floor (on
-    GPQA's 3PL, floors 1/4, by hand, seeds 0 and 1, against 2PL weights: the
-    lowest 1% of the per-parameter bulk ESS rose from 236-266 to 357-437 and
-    the parameters with R-hat above 1.01 fell from 16-47 to 7; the worst R-hat
-    went 1.0284 -> 1.0179 on seed 1 but 1.0155 -> 1.0178 on seed 0).
-    ``init``: the :func:`initial_values` of ``data`` when already computed.
+    ``P'(eta)**2 / (P (1 - P))``: ``sigmoid'(eta)`` for the 2PL; a fixed 3PL
+    floor ``c`` moves it to the llms above the floor. Missing cells get 0.
     """
-    init = initial_values(data) if init is None else init
     floor = _fixed_floors(data)
-    z = init["z"]
-    eta = z[:, None] + init["logit_item"][None, :]
+    eta = init["z"][:, None] + init["logit_item"][None, :]
     s = 1.0 / (1.0 + np.exp(-eta))
     p = floor + (1.0 - floor) * s
     info = np.where(
         floor > 0, ((1.0 - floor) * s * (1.0 - s)) ** 2 / (p * (1.0 - p)), s * (1.0 - s)
     )
-    w = info * data.observed
+    return info * data.observed
+
+
+def item_centers(data: IRTData, init: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """Per item, the information-weighted mean of the starting abilities.
+
+    Writing an item's logit as ``a * (v - c) + e'`` instead of ``a * v + e``
+    makes ``a`` and ``e'`` nearly uncorrelated in the posterior when ``c`` is
+    where the item's Fisher information (:func:`_information`) sits: for a hard
+    item only the strong llms carry information, so its slope and intercept are
+    strongly correlated around ``c = 0`` but not around its own centre. For the
+    3PL the information is the 3PL's (on GPQA's 3PL, floors 1/4, by hand, seeds
+    0 and 1, against 2PL weights: the lowest 1% of the per-parameter bulk ESS
+    rose from 236-266 to 357-437 and the parameters with R-hat above 1.01 fell
+    from 16-47 to 7; the worst R-hat went 1.0284 -> 1.0179 on seed 1 but
+    1.0155 -> 1.0178 on seed 0). ``init``: the :func:`initial_values` of
+    ``data`` when already computed.
+    """
+    init = initial_values(data) if init is None else init
+    w = _information(data, init)
     tot = w.sum(axis=0)
-    return np.where(tot > 0, (w * z[:, None]).sum(axis=0) / np.maximum(tot, 1e-12), 0.0)
+    return np.where(tot > 0, (w * init["z"][:, None]).sum(axis=0) / np.maximum(tot, 1e-12), 0.0)
+
+
+def slope_sd(data: IRTData) -> np.ndarray:
+    """Per item, the sd of its log discrimination that its likelihood alone gives.
+
+    ``1 / sqrt(sum_j info_j * (z_j - c)**2)``: the Fisher information about
+    ``log a`` at discrimination 1, the starting abilities ``z`` (standardized)
+    and the item's centre ``c`` (:func:`item_centers`). Where it is comparable
+    to the spread of the log discriminations (0.35 in the simulator), the
+    hierarchical prior shapes each slope and the centered form meets a funnel
+    in the subtask sd; far below it, the data pin every slope down.
+    """
+    init = initial_values(data)
+    w = _information(data, init)
+    dev = init["z"][:, None] - item_centers(data, init)[None, :]
+    info = (w * dev**2).sum(axis=0)
+    return 1.0 / np.sqrt(np.maximum(info, 1e-12))
 
 
 def build(
