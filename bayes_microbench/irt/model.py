@@ -197,6 +197,8 @@ class IRTModel:
         True for a lognormal-prior 2PL/3PL NUTS fit of 100 or more llms: on such
         matrices with many non-discriminating items (GPQA) the truncated normal
         sampled faster and with a higher worst-case ESS; below 100 llms it diverged.
+        Not for a 3PL with :attr:`weak_slopes`: there the truncated normal
+        (centered) mixed worse than the lognormal prior's non-centered items.
         """
         from .pymc_model import CENTERED_MIN_LLMS
 
@@ -286,7 +288,9 @@ class IRTModel:
         parameterization
             ``"auto"`` (default): ``"decoupled"`` (centered) for NUTS on 100 or
             more llms; below that ``"decoupled-nc"`` for NUTS of a lognormal
-            2PL/3PL, else ``"non-centered"`` (always for the approximations);
+            2PL/3PL, else ``"non-centered"`` (always for the approximations).
+            NUTS of a lognormal 3PL with :attr:`weak_slopes` takes
+            ``"decoupled-nc"`` at any size;
             see :mod:`bayes_microbench.irt.pymc_model`. ``"slope-intercept"``
             and ``"textbook"`` are kept for benchmarks.
         advi_iterations
