@@ -205,19 +205,31 @@ def test_3pl_guessing_fixed_from_n_options_and_learned_when_unknown():
 def test_items_answered_below_their_fixed_floor_are_named(caplog):
     rng = np.random.default_rng(0)
     n = 200
-    values = (rng.random((n, 4)) < [0.6, 0.3, 0.15, 0.02]).astype(float)
-    values[:100, 3] = np.nan  # 100 observed cells, about 2% correct
-    resp = Responses.from_arrays(values, [f"l{i}" for i in range(n)], ["i1", "i2", "i3", "i4"])
+    values = (rng.random((n, 5)) < [0.6, 0.3, 0.0, 0.0, 0.0]).astype(float)
+    values[:30, 2] = 1.0  # 30 of 200 correct: binomial p = 4e-4 under a floor of 1/4
+    values[:2, 3] = 1.0
+    values[100:, 3] = np.nan  # 2 of 100 observed cells correct: p = 1e-10
+    values[:34, 4] = 1.0  # 34 of 200: p = 0.004
+    items = ["i1", "i2", "i3", "i4", "i5"]
+    resp = Responses.from_arrays(values, [f"l{i}" for i in range(n)], items)
     model = IRTModel(resp, "3pl", config={"n_options": 4})  # floor 0.25
-    assert model.data.notes["items_below_floor"] == ["i3", "i4"]
-    assert "items below their guessing floor: 2 of 4 items" in caplog.text
-    assert "less often than their fixed guessing floor allows: 2 (" in model.floor_misfit
+    assert model.data.notes["items_below_floor"] == ["i3", "i4", "i5"]
+    # beyond chance: p < 0.01 / 5 (Bonferroni over the 5 items)
+    assert model.data.notes["items_far_below_floor"] == ["i3", "i4"]
+    assert "items below their guessing floor: 3 of 5 items" in caplog.text
+    assert "2 of them beyond chance" in caplog.text
+    assert "allows: 3 (2 beyond chance;" in model.floor_misfit
     # a floor of 0.1 is not contradicted by 15% correct; learned floors and the 2PL have none
     assert IRTModel(resp, "3pl", config={"n_options": 10}).data.notes["items_below_floor"] == ["i4"]
     no_k = Responses.from_arrays(values, resp.llms, resp.items)
     assert "items_below_floor" not in IRTModel(no_k, "3pl").data.notes
     two_pl = IRTModel(resp, "2pl")
     assert "items_below_floor" not in two_pl.data.notes and two_pl.floor_misfit == ""
+    # a 3PL that fits: the chance-level test names an item, the Bonferroni test none
+    fits = IRTModel(simulate_responses("gpqa", random_seed=1), "3pl")
+    assert len(fits.data.notes["items_below_floor"]) == 2
+    assert "items_far_below_floor" not in fits.data.notes and fits.floor_misfit == ""
+    assert "none beyond chance" in caplog.text
 
 
 def test_truncated_normal_is_suggested_only_where_it_was_measured_to_help():
@@ -488,8 +500,7 @@ def test_cli_unconverged_3pl_names_the_items_below_their_floor(tmp_path, capsys)
 
     resp = simulate_responses("gpqa", n_llms=30, n_items=6, model="2pl", random_seed=2)
     values = resp.values.copy()
-    values[:, 0] = 0.0
-    values[:2, 0] = 1.0  # 2 of 30 correct: far below a floor of 1/4
+    values[:, 0] = 0.0  # 0 of 30 correct: p = 0.0002 under a floor of 1/4, beyond chance
     save_responses(Responses.from_arrays(values, resp.llms, resp.items), tmp_path / "r.csv")
     out = tmp_path / "p.nc"
     # 20 + 20 draws cannot reach a bulk ESS of 400: the fit is unconverged by construction

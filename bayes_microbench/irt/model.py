@@ -112,18 +112,23 @@ class IRTModel:
     def floor_misfit(self) -> str:
         """Why a fixed-floor 3PL may fail here, in one clause ("" when it does not apply).
 
-        Names how many items are answered correctly below their fixed guessing
-        floor (``data.notes["items_below_floor"]``): the model cannot fit them.
-        On GPQA 158 of the 448 items are; without them its 3PL mixed better
-        (R-hat 1.014 against 1.028, with the 2PL's item centring), though still short
-        of converging.
+        Applies where some item is answered correctly below its fixed guessing
+        floor beyond chance (``data.notes["items_far_below_floor"]``, Bonferroni
+        over the items): the model cannot fit such items. Names how many items are
+        below their floor at all (``data.notes["items_below_floor"]``, about 1%
+        of a well-fitting 3PL's items) and how many beyond chance. On GPQA 158 of
+        the 448 items are below, 118 beyond chance; without the 158 its 3PL mixed
+        better (R-hat 1.014 against 1.028, with the 2PL's item centring), though
+        still short of converging.
         """
-        below = self.data.notes.get("items_below_floor", [])
-        if self.config.model != "3pl" or not below:
+        far = self.data.notes.get("items_far_below_floor", [])
+        if self.config.model != "3pl" or not far:
             return ""
+        below = self.data.notes.get("items_below_floor", [])
         return (
             "items answered correctly less often than their fixed guessing floor allows: "
-            f"{len(below)} (items_below_floor in the log); a 3PL cannot fit them: use the 2PL"
+            f"{len(below)} ({len(far)} beyond chance; items_below_floor and "
+            "items_far_below_floor in the log); a 3PL cannot fit them: use the 2PL"
         )
 
     def convergence_hint(self, truncated_normal: str, centered_items: str = "") -> str:
@@ -164,16 +169,16 @@ class IRTModel:
         """Whether this 3PL's data pin its items' slopes down too loosely to center them.
 
         True for a lognormal-prior 3PL with fixed floors that no item contradicts
-        (no :attr:`floor_misfit`) whose median item slope is weakly informed: its
-        likelihood alone leaves ``log discrimination`` an sd above
-        ``WEAK_SLOPE_SD`` (:func:`~bayes_microbench.irt.pymc_model.slope_sd`). A
+        beyond chance (no :attr:`floor_misfit`) whose median item slope is
+        weakly informed: its likelihood alone leaves ``log discrimination`` an
+        sd above ``WEAK_SLOPE_SD`` (:func:`~bayes_microbench.irt.pymc_model.slope_sd`). A
         floor spends the information of every llm near it, so on a hard
         benchmark the slopes rest on the few strong llms and the centered items
         meet a funnel in the subtask sd. NUTS then samples the items
         non-centered (``"decoupled-nc"``) at any number of llms. Measured on
         simulated 3PL data (``benchmarks/study_3pl_parameterization.py``). On
-        GPQA's real matrix, whose 1/4 floor 158 items contradict, the centered
-        form mixed better, so a floor misfit keeps it.
+        GPQA's real matrix, whose 1/4 floor 118 items contradict beyond chance,
+        the centered form mixed better, so a floor misfit keeps it.
         """
         from .pymc_model import WEAK_SLOPE_SD, slope_sd
 
