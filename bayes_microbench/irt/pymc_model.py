@@ -90,7 +90,8 @@ of them (MuSR, BBH, MMLU-Pro), so it stays the default there and an
 unconverged fit names the centered form as what to try next. NUTS also uses
 it, at any number of llms, for a lognormal 3PL with fixed floors whose items
 the data inform weakly (median :func:`slope_sd` above ``WEAK_SLOPE_SD``, no
-item below its floor): a floor spends the information of the llms near it.
+item below its floor beyond chance): a floor spends the information of the
+llms near it.
 
 ``"slope-intercept"`` (centered ``a * theta + d`` with ``theta ~ N(0, 1)``) and
 ``"textbook"`` (centered ``a * (theta - b)``) are kept for the sampling
@@ -185,9 +186,13 @@ def item_centers(data: IRTData, init: dict[str, np.ndarray] | None = None) -> np
     ``data`` when already computed.
     """
     init = initial_values(data) if init is None else init
-    w = _information(data, init)
+    return _weighted_mean(_information(data, init), init["z"])
+
+
+def _weighted_mean(w: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Per item (column of ``w``), the mean of ``z`` weighted by ``w``; 0 where all weights are."""
     tot = w.sum(axis=0)
-    return np.where(tot > 0, (w * init["z"][:, None]).sum(axis=0) / np.maximum(tot, 1e-12), 0.0)
+    return np.where(tot > 0, (w * z[:, None]).sum(axis=0) / np.maximum(tot, 1e-12), 0.0)
 
 
 def slope_sd(data: IRTData) -> np.ndarray:
@@ -201,9 +206,8 @@ def slope_sd(data: IRTData) -> np.ndarray:
     in the subtask sd; far below it, the data pin every slope down.
     """
     init = initial_values(data)
-    w = _information(data, init)
-    dev = init["z"][:, None] - item_centers(data, init)[None, :]
-    info = (w * dev**2).sum(axis=0)
+    w, z = _information(data, init), init["z"]
+    info = (w * (z[:, None] - _weighted_mean(w, z)[None, :]) ** 2).sum(axis=0)
     return 1.0 / np.sqrt(np.maximum(info, 1e-12))
 
 
