@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import fcntl
+import json
 import os
 import platform
 import re
 import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPORT = Path(__file__).resolve().parent / "README.md"
@@ -58,18 +62,22 @@ def commit() -> str:
         return "unknown"
 
 
-def write_section(name: str, title: str, body: str, *, run: tuple[str, str] | None = None) -> Path:
+def write_section(
+    name: str, title: str, body: str, *, run: tuple[str, str, str | None] | None = None
+) -> Path:
     """Replace (or append) the section ``name`` of the report with ``body``.
 
-    ``run``: (date, commit) of a saved run the section is rewritten from; the
-    header then names that run, and says when and at which commit it was rewritten.
+    ``run``: (date, commit, machine) of a saved run the section is rewritten
+    from (machine None where the saved run did not record it); the header then
+    names that run, and says when and at which commit it was rewritten.
     """
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     if run is None:
         head = f"_Run {stamp} on {machine()}, commit {commit()}, by `benchmarks/{name}.py`._"
     else:
+        where = run[2] or "a machine its saved rows do not record"
         head = (
-            f"_Run {run[0]} on {machine()}, commit {run[1]}, by `benchmarks/{name}.py`; "
+            f"_Run {run[0]} on {where}, commit {run[1]}, by `benchmarks/{name}.py`; "
             f"section rewritten from the saved runs {stamp}, commit {commit()}._"
         )
     block = f"<!-- BEGIN {name} -->\n## {title}\n\n{head}\n\n{body.strip()}\n<!-- END {name} -->"
@@ -88,3 +96,45 @@ def write_section(name: str, title: str, body: str, *, run: tuple[str, str] | No
         tmp.write_text(text)
         os.replace(tmp, REPORT)
     return REPORT
+
+
+def run_rows(
+    script: str,
+    jobs: Sequence[Sequence[str]],
+    key: Callable[[dict], tuple],
+    results: Path,
+) -> list[dict] | None:
+    """Run ``script --one ARGS`` in a fresh process per job; merge its ``ROW`` into ``results``.
+
+    ``jobs``: the arguments after ``--one``, one list per row; the script prints
+    its row as ``ROW {json}``. Each row gains the 1-minute load average at its
+    start and the date, commit and machine of this run (read once: a commit made
+    meanwhile is not the rows'), replaces any saved row with the same
+    ``key(row)`` and is saved at once. Returns every saved row, or None (having
+    printed the failed job's stderr) when a job fails.
+    """
+    saved = json.loads(results.read_text())["rows"] if results.exists() else []
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    head = commit()
+    for args in jobs:
+        load = os.getloadavg()[0]
+        out = subprocess.run(
+            [sys.executable, script, "--one", *args], capture_output=True, text=True
+        )
+        lines = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
+        if out.returncode != 0 or not lines:
+            print(f"{' '.join(args)}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+            return None
+        row = json.loads(lines[-1][4:])
+        row.update(load=load, date=stamp, commit=head, machine=machine())
+        print(json.dumps(row), flush=True)
+        saved = [r for r in saved if key(r) != key(row)] + [row]
+        results.parent.mkdir(exist_ok=True)
+        results.write_text(json.dumps({"rows": saved}, indent=1) + "\n")
+    return saved
+
+
+def last_run(rows: Sequence[dict]) -> tuple[str, str, str | None]:
+    """(date, commit, machine) of the latest run among saved ``rows`` (machine None if unrecorded)."""
+    last = max(rows, key=lambda r: (r["date"], r["commit"]))
+    return last["date"], last["commit"], last.get("machine")

@@ -202,7 +202,7 @@ def main() -> int:
             args,
             runs[:-1],
             last.get("pyirt_reps", []),
-            saved_run=(last["date"], last["commit"]),
+            saved_run=(last["date"], last["commit"], last.get("machine")),
         )
         return 0
     if args.one:
@@ -242,7 +242,7 @@ def main() -> int:
     ref = good[(len(good) - 1) // 2] if good else (refs[0] if refs else None)
     if not args.no_report:
         sys.path.insert(0, str(HERE))
-        from _report import commit
+        from _report import commit, machine
 
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         runs = json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else []
@@ -250,6 +250,7 @@ def main() -> int:
             {
                 "date": stamp,
                 "commit": commit(),
+                "machine": machine(),
                 "tune": args.tune,
                 "draws": args.draws,
                 "seed": args.seed,
@@ -330,7 +331,7 @@ def report(
     args: argparse.Namespace,
     earlier: list[dict],
     refs: list[dict] | None = None,
-    saved_run: tuple[str, str] | None = None,
+    saved_run: tuple[str, str, str | None] | None = None,
 ) -> None:
     sys.path.insert(0, str(HERE))
     from _report import write_section

@@ -43,15 +43,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import commit, write_section
+from _report import last_run, run_rows, write_section
 
 HERE = Path(__file__).resolve().parent
 GPQA = HERE.parent.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
@@ -182,32 +180,10 @@ def main() -> int:
     for name in variants:
         if name not in VARIANTS:
             parser.error(f"unknown variant {name!r}; known: {list(VARIANTS)}")
-    saved = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    head = commit()  # the code the fits run (read once: a commit made meanwhile is not theirs)
-    for seed in seeds:
-        for design in designs:
-            for variant in variants:
-                load = os.getloadavg()[0]
-                out = subprocess.run(
-                    [sys.executable, __file__, "--one", design, variant, str(seed)],
-                    capture_output=True,
-                    text=True,
-                )
-                lines = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
-                if out.returncode != 0 or not lines:
-                    print(
-                        f"{design} {variant} {seed}: failed\n{out.stderr[-2000:]}", file=sys.stderr
-                    )
-                    return 1
-                row = json.loads(lines[-1][4:])
-                row.update(load=load, date=stamp, commit=head)
-                print(json.dumps(row), flush=True)
-                key = (design, variant, seed)
-                saved = [r for r in saved if (r["design"], r["variant"], r["seed"]) != key]
-                saved.append(row)
-                RESULTS.parent.mkdir(exist_ok=True)
-                RESULTS.write_text(json.dumps({"rows": saved}, indent=1) + "\n")
+    jobs = [[d, v, str(seed)] for seed in seeds for d in designs for v in variants]
+    saved = run_rows(__file__, jobs, lambda r: (r["design"], r["variant"], r["seed"]), RESULTS)
+    if saved is None:
+        return 1
     if not args.no_report:
         report(saved)
     return 0
@@ -231,7 +207,7 @@ def report(saved: list[dict]) -> None:
         "study_3pl_parameterization",
         "NUTS for the 3PL: centered or non-centered items",
         "\n\n".join(x for x in (setup, table(saved), READING) if x),
-        run=runs[-1],
+        run=last_run(saved),
     )
 
 

@@ -29,15 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import commit, write_section
+from _report import last_run, run_rows, write_section
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "predictaboard-oll-v2"
@@ -132,28 +130,10 @@ def main() -> int:
     for name in variants:
         if name not in VARIANTS:
             parser.error(f"unknown variant {name!r}; known: {list(VARIANTS)}")
-    saved = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    head = commit()  # the code the fits run (read once: a commit made meanwhile is not theirs)
-    for data in datasets:
-        for variant in variants:
-            load = os.getloadavg()[0]
-            out = subprocess.run(
-                [sys.executable, __file__, "--one", data, variant, "--seed", str(args.seed)],
-                capture_output=True,
-                text=True,
-            )
-            lines = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
-            if out.returncode != 0 or not lines:
-                print(f"{data} {variant}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
-                return 1
-            row = json.loads(lines[-1][4:])
-            row.update(load=load, date=stamp, commit=head)
-            print(json.dumps(row), flush=True)
-            key = (data, variant, args.seed)
-            saved = [r for r in saved if (r["data"], r["variant"], r["seed"]) != key] + [row]
-            RESULTS.parent.mkdir(exist_ok=True)
-            RESULTS.write_text(json.dumps({"rows": saved}, indent=1) + "\n")
+    jobs = [[d, v, "--seed", str(args.seed)] for d in datasets for v in variants]
+    saved = run_rows(__file__, jobs, lambda r: (r["data"], r["variant"], r["seed"]), RESULTS)
+    if saved is None:
+        return 1
     if not args.no_report:
         report(saved)
     return 0
@@ -198,7 +178,7 @@ def report(saved: list[dict]) -> None:
         "study_small_matrices",
         "NUTS below 100 llms: real matrices",
         "\n\n".join([setup, table(saved), reading]),
-        run=runs[-1],
+        run=last_run(saved),
     )
 
 
