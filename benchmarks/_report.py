@@ -138,3 +138,19 @@ def last_run(rows: Sequence[dict]) -> tuple[str, str, str | None]:
     """(date, commit, machine) of the latest run among saved ``rows`` (machine None if unrecorded)."""
     last = max(rows, key=lambda r: (r["date"], r["commit"]))
     return last["date"], last["commit"], last.get("machine")
+
+
+#: Header cells of :func:`fit_cells` (a NUTS fit's row in a study's table).
+FIT_HEADER = (
+    "fit s | max R-hat | min bulk ESS | min tail ESS | divergences | steps/draw | converged "
+    "| worst R-hat at | lowest bulk ESS at | load"
+)
+
+
+def fit_cells(r: dict) -> str:
+    """A saved NUTS row's figures as table cells, in :data:`FIT_HEADER` order."""
+    return (
+        f"{r['wall_s']:.0f} | {r['max_rhat']:.4f} | {r['min_ess_bulk']:.0f} "
+        f"| {r['min_ess_tail']:.0f} | {r['divergences']} | {r['mean_tree_size']:.1f} "
+        f"| {r['ok']} | {r['worst_rhat']} | {r['worst_ess_bulk']} | {r['load']:.1f}"
+    )

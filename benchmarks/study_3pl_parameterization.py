@@ -49,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import last_run, run_rows, write_section
+from _report import FIT_HEADER, fit_cells, last_run, run_rows, write_section
 
 HERE = Path(__file__).resolve().parent
 GPQA = HERE.parent.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
@@ -130,22 +130,15 @@ def one(design: str, variant: str, seed: int) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = [
-        "| design | llms x items | accuracy | variant | seed | fit s | max R-hat | min bulk ESS "
-        "| min tail ESS | divergences | steps/draw | converged | worst R-hat at "
-        "| lowest bulk ESS at | ability corr | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    head = f"| design | llms x items | accuracy | variant | seed | ability corr | {FIT_HEADER} |"
+    lines = [head, "|---" * 16 + "|"]
     order = {name: k for k, name in enumerate(DESIGNS)}
     vorder = {name: k for k, name in enumerate(VARIANTS)}
     for r in sorted(rows, key=lambda r: (order[r["design"]], r["seed"], vorder[r["variant"]])):
         corr = "" if r["ability_corr"] is None else f"{r['ability_corr']:.3f}"
         lines.append(
             f"| {r['design']} | {r['shape']} | {r['accuracy']:.2f} | {r['variant']} "
-            f"| {r['seed']} | {r['wall_s']:.0f} | {r['max_rhat']:.4f} | {r['min_ess_bulk']:.0f} "
-            f"| {r['min_ess_tail']:.0f} | {r['divergences']} | {r['mean_tree_size']:.1f} "
-            f"| {r['ok']} | {r['worst_rhat']} | {r['worst_ess_bulk']} | {corr} "
-            f"| {r['load']:.1f} |"
+            f"| {r['seed']} | {corr} | {fit_cells(r)} |"
         )
     return "\n".join(lines)
 

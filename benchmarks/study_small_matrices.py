@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import last_run, run_rows, write_section
+from _report import FIT_HEADER, fit_cells, last_run, run_rows, write_section
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "predictaboard-oll-v2"
@@ -85,20 +85,11 @@ def one(data: str, variant: str, seed: int) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = [
-        "| data | llms x items | variant | fit s | max R-hat | min bulk ESS | min tail ESS "
-        "| divergences | steps/draw | converged | worst R-hat at | lowest bulk ESS at | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = [f"| data | llms x items | variant | {FIT_HEADER} |", "|---" * 13 + "|"]
     order = {name: k for k, name in enumerate(DATASETS)}
     vorder = {name: k for k, name in enumerate(VARIANTS)}
     for r in sorted(rows, key=lambda r: (order[r["data"]], r["seed"], vorder[r["variant"]])):
-        lines.append(
-            f"| {r['data']} | {r['shape']} | {r['variant']} | {r['wall_s']:.0f} "
-            f"| {r['max_rhat']:.4f} | {r['min_ess_bulk']:.0f} | {r['min_ess_tail']:.0f} "
-            f"| {r['divergences']} | {r['mean_tree_size']:.1f} | {r['ok']} "
-            f"| {r['worst_rhat']} | {r['worst_ess_bulk']} | {r['load']:.1f} |"
-        )
+        lines.append(f"| {r['data']} | {r['shape']} | {r['variant']} | {fit_cells(r)} |")
     return "\n".join(lines)
 
 
