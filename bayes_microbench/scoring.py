@@ -9,8 +9,9 @@ The item posterior (the ``posterior`` group of a fitted IRT model, see
 with the llm population ``ability ~ Normal(0, 1)`` fixed by identification.
 A multidimensional 2PL posterior (``2pl-md``, ``D`` ability dims) is scored
 the same way on a ``D``-dimensional product grid (prior ``Normal(0, I_D)``,
-``logit P = loadings_i . ability + intercept_i``), for ``D`` up to
-:data:`MAX_SCORING_DIMS`; ``ability`` then carries a ``dim`` dim. Design and
+``logit P = loadings_i . ability + intercept_i``) for ``D`` up to
+:data:`MAX_GRID_DIMS`, and by importance sampling above (the grid would grow as
+``N_GRID_MD ** D``); ``ability`` then carries a ``dim`` dim. Design and
 the Bayesian selectors need a 1-D ability: :func:`item_draws` refuses a
 ``2pl-md`` posterior for them with one line.
 
@@ -91,9 +92,18 @@ N_GRID = 161
 #: the ability draws' sd is 3% above the 1-D grid's (41 points: 7.5%, 81: 1.7%),
 #: and scoring 60 llms on 25 items with 1000 draws took 4.3 s (41 points: 2.2 s, 81: 7.7 s).
 N_GRID_MD = 61
-#: The most ability dimensions a ``2pl-md`` posterior may have to be scored
-#: (the grid grows as ``N_GRID_MD ** D``).
-MAX_SCORING_DIMS = 2
+#: Ability dimensions up to which scoring integrates on a product grid (it grows
+#: as ``N_GRID_MD ** D``); a ``2pl-md`` posterior with more is scored by
+#: importance sampling (:func:`_importance_samples`).
+MAX_GRID_DIMS = 2
+#: Proposal points per llm of the importance sampler (``2pl-md``, ``D`` > 2).
+N_IS_POINTS = 512
+#: The importance sampler's proposal: a multivariate t with this many degrees of
+#: freedom around each llm's posterior mode (under the posterior-mean item
+#: parameters), its scale the Laplace covariance's times ``IS_INFLATE``, so that the
+#: conditional posteriors of every item draw sit well inside it.
+IS_DF = 5.0
+IS_INFLATE = 1.5
 _CHUNK_CELLS = 6_000_000  # draws x grid x items per chunk (about 48 MB of float64)
 #: Probability levels at which a :class:`Misfit` stores its standardized residual quantiles.
 _LEVELS = np.linspace(0.0, 1.0, 401)
@@ -269,9 +279,8 @@ def item_draws(
     where
         Names the posterior in error messages.
     multidim
-        Accept a ``2pl-md`` posterior with at most :data:`MAX_SCORING_DIMS`
-        ability dims (scoring does; design and the selectors need a 1-D
-        ability and refuse it).
+        Accept a ``2pl-md`` posterior (scoring does; design and the selectors
+        need a 1-D ability and refuse it).
     """
     ds = _as_dataset(posterior)
     n_dims = 0
@@ -282,12 +291,6 @@ def item_draws(
                 f"{where}: a multidimensional 2PL posterior ('2pl-md', {n_dims} ability "
                 "dims); design and the Bayesian selectors work on a 1-D ability: fit a 1-D "
                 "model ('bayes-microbench fit --model 2pl') for them (scoring accepts it)"
-            )
-        if n_dims > MAX_SCORING_DIMS:
-            raise UserInputError(
-                f"{where}: a '2pl-md' posterior with {n_dims} ability dims; scoring takes at "
-                f"most {MAX_SCORING_DIMS} (its grid has {N_GRID_MD}**D points): fit it with "
-                f"--dims {MAX_SCORING_DIMS} or fit a 1-D model"
             )
         if "intercept" not in ds:
             raise UserInputError(
@@ -407,6 +410,8 @@ def ability_posterior_samples(
         Ability grid (default :func:`ability_grid` with ``draws.n_dims``
         dims): evenly spaced, ``(G,)``, or ``(G, D)`` for a ``2pl-md``
         posterior (a product grid with the same spacing in every dim).
+        ``None`` with more than :data:`MAX_GRID_DIMS` dims: importance
+        sampling instead (:func:`_importance_samples`).
     random_seed
         Seed for the draws inside the grid posterior.
 
@@ -418,6 +423,8 @@ def ability_posterior_samples(
     """
     rng = np.random.default_rng(random_seed)
     multi = draws.loadings is not None
+    if grid is None and draws.n_dims > MAX_GRID_DIMS:
+        return _importance_samples(draws, correct, rng)
     if grid is None:
         grid = ability_grid(dims=draws.n_dims)
     grid = np.asarray(grid, dtype=np.float64)
@@ -460,6 +467,111 @@ def ability_posterior_samples(
         cdf = np.cumsum(w, axis=2, out=w)
         idx = np.minimum((cdf < uniforms[:, sl, None]).sum(axis=2), n_g - 1)  # (L, s)
         out[sl] = grid[idx.T] + step * jitter[sl]
+    return out, post_mean
+
+
+def _scoring_grid(n_grid: int | None, dims: int) -> np.ndarray | None:
+    """The ability grid scoring uses, or None above :data:`MAX_GRID_DIMS` dims."""
+    return None if dims > MAX_GRID_DIMS else ability_grid(n_grid, dims=dims)
+
+
+def _laplace(
+    draws: ItemDraws, y_right: np.ndarray, n_obs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each llm's ability posterior mode and the Cholesky factor of its covariance.
+
+    Under the posterior-mean loadings and intercepts of a ``2pl-md`` posterior
+    (the log posterior is concave: Newton's method from 0 converges) and the
+    prior ``Normal(0, I_D)``: ``(L, D)`` and ``(L, D, D)``.
+    """
+    assert draws.loadings is not None
+    lam = draws.loadings.mean(axis=0)  # (I, D)
+    icpt = -(draws.discrimination * draws.difficulty).mean(axis=0)  # (I,)
+    n_l, n_d = y_right.shape[0], lam.shape[1]
+    theta = np.zeros((n_l, n_d))
+    eye = np.eye(n_d)
+    for _ in range(100):
+        p = 0.5 + 0.5 * np.tanh(0.5 * (theta @ lam.T + icpt))
+        grad = (y_right - n_obs * p) @ lam - theta
+        hess = np.einsum("li,id,ie->lde", n_obs * p * (1 - p), lam, lam) + eye
+        step = np.linalg.solve(hess, grad[..., None])[..., 0]
+        # a cap keeps the first steps of an all-correct llm from overshooting
+        step *= np.minimum(1.0, 2.0 / np.maximum(np.abs(step).max(axis=1), 1e-12))[:, None]
+        theta += step
+        if np.abs(step).max() < 1e-8:
+            break
+    return theta, np.linalg.cholesky(np.linalg.inv(hess))
+
+
+def _importance_samples(
+    draws: ItemDraws, correct: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ability_posterior_samples` of a ``2pl-md`` posterior by importance sampling.
+
+    Per llm, :data:`N_IS_POINTS` abilities are drawn once from a multivariate
+    t (:data:`IS_DF` degrees of freedom) around its :func:`_laplace` mode,
+    scaled by :data:`IS_INFLATE`; for each item draw they are weighted by
+    prior x likelihood / proposal and one is drawn by its weight (and the
+    weighted mean is the conditional posterior mean). Vectorized over draws,
+    points and llms, chunked over draws. Logs a warning when the weights of
+    the median (llm, draw) pair have an effective sample size under 50.
+    """
+    assert draws.loadings is not None
+    y = np.asarray(correct, dtype=np.float64)
+    if y.ndim != 2 or y.shape[1] != draws.n_items:
+        raise ValueError("correct must be (n_llms, n_items) matching the item draws")
+    observed = ~np.isnan(y)
+    y_right = np.where(observed, y, 0.0)
+    n_obs = observed.astype(np.float64)
+    n_s, n_l, n_d, n_k = draws.n_draws, y.shape[0], draws.n_dims, N_IS_POINTS
+    mode, chol = _laplace(draws, y_right, n_obs)
+    z = rng.standard_normal((n_l, n_k, n_d))
+    u = z * np.sqrt(IS_DF / rng.chisquare(IS_DF, size=(n_l, n_k, 1)))
+    points = mode[:, None, :] + IS_INFLATE * np.einsum("lde,lke->lkd", chol, u)  # (L, K, D)
+    # log prior - log proposal (up to a constant per llm, which the weights drop)
+    log_base = -0.5 * (points**2).sum(axis=2) + 0.5 * (IS_DF + n_d) * np.log1p(
+        (u**2).sum(axis=2) / IS_DF
+    )
+    # the likelihood sum_i y_i eta_i - n_i softplus(eta_i); its linear part needs no cells
+    icpt = -(draws.discrimination * draws.difficulty)  # (S, I)
+    linear_load = np.einsum("li,sid->sld", y_right, draws.loadings)  # (S, L, D)
+    linear_icpt = icpt @ y_right.T  # (S, L)
+    obs_items = np.nonzero(observed.any(axis=0))[0]
+    lam_obs = draws.loadings[:, obs_items].astype(np.float32)  # (S, I_o, D)
+    icpt_obs = icpt[:, obs_items].astype(np.float32)
+    n_obs_o = n_obs[:, obs_items].astype(np.float32)  # (L, I_o)
+    pts32 = points.reshape(n_l * n_k, n_d).astype(np.float32)
+    out = np.empty((n_s, n_l, n_d))
+    post_mean = np.empty((n_s, n_l, n_d))
+    ess = np.empty((n_s, n_l))
+    uniforms = rng.random((n_s, n_l))
+    chunk = max(1, _CHUNK_CELLS // max(1, n_l * n_k * max(len(obs_items), 1)))
+    for start in range(0, n_s, chunk):
+        sl = slice(start, min(n_s, start + chunk))
+        # eta: (s, L, K, I_o); softplus summed over the observed items of each llm
+        eta = np.matmul(pts32, np.swapaxes(lam_obs[sl], 1, 2)) + icpt_obs[sl][:, None, :]
+        eta = eta.reshape(-1, n_l, n_k, len(obs_items))
+        soft = np.einsum("slki,li->slk", np.logaddexp(np.float32(0.0), eta), n_obs_o)
+        loglik = (
+            np.einsum("lkd,sld->slk", points, linear_load[sl]) + linear_icpt[sl][:, :, None] - soft
+        )
+        logw = loglik + log_base[None]
+        logw -= logw.max(axis=2, keepdims=True)
+        w = np.exp(logw)
+        w /= w.sum(axis=2, keepdims=True)
+        ess[sl] = 1.0 / (w**2).sum(axis=2)
+        post_mean[sl] = np.einsum("slk,lkd->sld", w, points)
+        idx = np.minimum((np.cumsum(w, axis=2) < uniforms[sl, :, None]).sum(axis=2), n_k - 1)
+        out[sl] = points[np.arange(n_l)[None, :], idx]
+    median_ess = float(np.median(ess))
+    if median_ess < 50:
+        logger.warning(
+            "importance sampling of %d-D abilities: the median effective sample size of "
+            "the weights is %.0f of %d points; the ability draws are coarse",
+            n_d,
+            median_ess,
+            n_k,
+        )
     return out, post_mean
 
 
@@ -513,7 +625,8 @@ def score(
     n_grid
         Points of the ability grid on ``[-6, 6]`` (default :data:`N_GRID`);
         for a ``2pl-md`` posterior, points per dimension (default
-        :data:`N_GRID_MD`).
+        :data:`N_GRID_MD`; unused above :data:`MAX_GRID_DIMS` dims, which are
+        scored by importance sampling).
     random_seed
         Seed; the same seed gives identical results.
     draws
@@ -565,7 +678,7 @@ def score(
     ability, _ = ability_posterior_samples(
         draws.subset(np.nonzero(used)[0]),
         y[:, used],
-        grid=ability_grid(n_grid, dims=draws.n_dims),
+        grid=_scoring_grid(n_grid, draws.n_dims),
         random_seed=rng,
     )
     correct_obs = np.nansum(y, axis=1)
@@ -1011,7 +1124,7 @@ def estimate_misfit(
             )
             folds.append((rows, d.subset(d.index_of(item_ids, where=f"refit of fold {k}"))))
         design += f", cross-fitted over {n_folds} folds"
-    grid = ability_grid(n_grid, dims=draws.n_dims)
+    grid = _scoring_grid(n_grid, draws.n_dims)
     stats: list[list[np.ndarray]] = [[] for _ in plan]
     for rows, fold_draws in folds:
         for j, (n, cols) in enumerate(plan):

@@ -94,8 +94,7 @@ def test_refusals_without_sampling():
             "intercept": (("chain", "draw", "item"), np.zeros((1, 2, 3))),
         }
     )
-    with pytest.raises(UserInputError, match=r"3 ability dims; scoring takes at most 2"):
-        item_draws(three, multidim=True)
+    assert item_draws(three, multidim=True).n_dims == 3  # scored by importance sampling
     nan_loading = three.isel(dim=slice(0, 2)).copy(deep=True)
     nan_loading["discrimination"][0, 1, 2, 1] = np.nan
     with pytest.raises(UserInputError, match=r"non-finite item parameters for items \['2'\]"):
@@ -370,6 +369,68 @@ def test_md_scoring_with_one_live_dimension_equals_the_2pl():
     assert np.abs(diff).max() < 0.015 and abs(diff.mean()) < 0.002, diff
     np.testing.assert_allclose(md_res["ability_mean"].sel(dim=0), one_res["ability_mean"], atol=0.1)
     assert abs(float(md_res["ability_mean"].sel(dim=1).mean())) < 0.1
+
+
+def test_importance_sampling_matches_the_grid_at_two_dims():
+    from bayes_microbench.scoring import (
+        _importance_samples,
+        ability_grid,
+        ability_posterior_samples,
+    )
+    from bayes_microbench.scoring import item_draws as extract
+
+    resp, truth = simulate_mirt(30, 60, seed=9)
+    draws = extract(md_posterior(truth, n_draws=100, noise=0.1), max_draws=None, multidim=True)
+    y = resp.values.copy()
+    y[:15, 30:] = np.nan  # half the llms answered 30 items, half 60
+    # the default 61-point grid per dim: its conditional means agree with a 161-point
+    # grid's to 1e-5 here (by hand)
+    grid, grid_mean = ability_posterior_samples(draws, y, grid=ability_grid(dims=2), random_seed=1)
+    imp, imp_mean = _importance_samples(draws, y, np.random.default_rng(2))
+    assert imp.shape == grid.shape == (200, 30, 2)
+    err = imp_mean - grid_mean  # posterior sd of each ability about 0.5
+    assert np.sqrt((err**2).mean()) < 0.04
+    assert np.abs(err.mean(axis=0)).max() < 0.1
+    # the draws: the same spread (sd of 200 draws: about 5% Monte Carlo error)
+    ratio = imp.std(axis=0) / grid.std(axis=0)
+    assert 0.93 < np.median(ratio) < 1.07 and ratio.min() > 0.75 and ratio.max() < 1.3
+
+
+def test_three_dim_md_scoring_with_one_live_dimension_equals_the_2pl():
+    from bayes_microbench.scoring import score
+
+    resp, truth = simulate_mirt(60, 80, n_dims=3, seed=8)
+    truth = dict(truth, loadings=truth["loadings"] * np.array([1.0, 0.0, 0.0]))
+    post = md_posterior(truth, n_draws=250, noise=0.0)
+    a = post["discrimination"].isel(dim=0)
+    one_d = xr.Dataset(
+        {"discrimination": a, "difficulty": -post["intercept"] / a},
+        coords={"item": post["item"]},
+    )
+    sub = resp.isel(item=slice(0, 25))
+    md_res = score(post, sub, random_seed=3)  # 3 dims: importance sampling
+    one_res = score(one_d, sub, random_seed=4)  # 1 dim: the grid
+    assert md_res["ability"].sizes["dim"] == 3
+    # 500 draws of an accuracy whose sd is about 0.07: a difference of means has sd 0.0045
+    diff = md_res["accuracy_mean"].values - one_res["accuracy_mean"].values
+    assert np.abs(diff).max() < 0.02 and abs(diff.mean()) < 0.003, diff
+    np.testing.assert_allclose(md_res["ability_mean"].sel(dim=0), one_res["ability_mean"], atol=0.1)
+    dead = md_res["ability"].sel(dim=[1, 2]).values  # the prior: mean 0, sd 1
+    assert abs(dead.mean()) < 0.05 and 0.9 < dead.std() < 1.1
+
+
+def test_scoring_a_three_dim_md_posterior_covers_the_truth():
+    from bayes_microbench.scoring import score
+
+    resp, truth = simulate_mirt(200, 90, n_dims=3, seed=10)
+    res = score(md_posterior(truth), resp.isel(item=slice(0, 60)), max_draws=50, random_seed=1)
+    true_acc = resp.values.mean(axis=1)
+    lo, hi = res["accuracy_interval"].values.T
+    inside = (lo <= true_acc) & (true_acc <= hi)
+    assert 0.83 <= inside.mean() <= 0.97, inside.mean()  # 200 llms: coverage sd 0.021
+    ability = res["ability_mean"].values
+    for d in range(3):
+        assert np.corrcoef(ability[:, d], truth["ability"][:, d])[0, 1] > 0.6, d
 
 
 # -------------------------------------------------------------- slow tier
