@@ -96,7 +96,12 @@ N_GRID_MD = 61
 #: as ``N_GRID_MD ** D``); a ``2pl-md`` posterior with more is scored by
 #: importance sampling (:func:`_importance_samples`).
 MAX_GRID_DIMS = 2
-#: Proposal points per llm of the importance sampler (``2pl-md``, ``D`` > 2).
+#: Proposal points per llm of the importance sampler (``2pl-md``, ``D`` > 2). At
+#: ``D`` = 2 against the grid (by hand, 30 llms, 400 draws, 30-60 items): the
+#: conditional posterior means' rms error 0.035 with 256 points, 0.022 with 512 and
+#: 0.016 with 1024 (posterior sd about 0.55); the time grows in proportion. By hand,
+#: 100 llms and 1000 draws at ``D`` = 3 took 24 s on 25 observed items and 92 s on
+#: 100 (the 2-D grid: 4.6 and 6.8 s).
 N_IS_POINTS = 512
 #: The importance sampler's proposal: a multivariate t with this many degrees of
 #: freedom around each llm's posterior mode (under the posterior-mean item
