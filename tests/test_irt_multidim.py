@@ -396,6 +396,19 @@ def test_importance_sampling_matches_the_grid_at_two_dims():
     assert 0.93 < np.median(ratio) < 1.07 and ratio.min() > 0.75 and ratio.max() < 1.3
 
 
+def test_importance_sampling_warns_when_its_weights_collapse(monkeypatch, caplog):
+    import bayes_microbench.scoring as scoring
+
+    resp, truth = simulate_mirt(5, 60, n_dims=3, seed=9)
+    draws = scoring.item_draws(md_posterior(truth, n_draws=5), max_draws=None, multidim=True)
+    scoring._importance_samples(draws, resp.values, np.random.default_rng(0))
+    assert "effective sample size" not in caplog.text
+    # a proposal 20 times too narrow: a few points carry all the weight
+    monkeypatch.setattr(scoring, "IS_INFLATE", 0.05)
+    scoring._importance_samples(draws, resp.values, np.random.default_rng(0))
+    assert "importance sampling of 3-D abilities: the median effective sample size" in caplog.text
+
+
 def test_three_dim_md_scoring_with_one_live_dimension_equals_the_2pl():
     from bayes_microbench.scoring import score
 
