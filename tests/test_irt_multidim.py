@@ -388,9 +388,11 @@ def test_importance_sampling_matches_the_grid_at_two_dims():
     grid, grid_mean = ability_posterior_samples(draws, y, grid=ability_grid(dims=2), random_seed=1)
     imp, imp_mean = _importance_samples(draws, y, np.random.default_rng(2))
     assert imp.shape == grid.shape == (200, 30, 2)
-    err = imp_mean - grid_mean  # posterior sd of each ability about 0.5
-    assert np.sqrt((err**2).mean()) < 0.04
-    assert np.abs(err.mean(axis=0)).max() < 0.1
+    # conditional means: 0.003-0.004 rms error on seeds 2-4 (256 Sobol points; 512
+    # independent draws gave 0.022-0.027); posterior sd of each ability about 0.5
+    err = imp_mean - grid_mean
+    assert np.sqrt((err**2).mean()) < 0.01
+    assert np.abs(err.mean(axis=0)).max() < 0.03
     # the draws: the same spread (sd of 200 draws: about 5% Monte Carlo error)
     ratio = imp.std(axis=0) / grid.std(axis=0)
     assert 0.93 < np.median(ratio) < 1.07 and ratio.min() > 0.75 and ratio.max() < 1.3
