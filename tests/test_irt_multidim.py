@@ -347,12 +347,13 @@ def test_scoring_an_md_posterior_covers_the_truth_and_sharpens_with_more_items()
     assert errors[1] < 0.7 * errors[0], errors
 
 
-def test_md_scoring_with_one_live_dimension_equals_the_2pl():
+@pytest.mark.parametrize("n_dims", [2, 3])  # the grid, then importance sampling
+def test_md_scoring_with_one_live_dimension_equals_the_2pl(n_dims):
     from bayes_microbench.scoring import score
 
-    resp, truth = simulate_mirt(60, 80, seed=8)
-    truth = dict(truth, loadings=truth["loadings"] * np.array([1.0, 0.0]))
-    post = md_posterior(truth, n_draws=500, noise=0.0)
+    resp, truth = simulate_mirt(60, 80, n_dims=n_dims, seed=8)
+    truth = dict(truth, loadings=truth["loadings"] * np.eye(n_dims)[0])
+    post = md_posterior(truth, n_draws=500 if n_dims == 2 else 250, noise=0.0)
     # the same items as a 1-D 2PL posterior: a = dim-0 loading, b = -intercept / a
     a = post["discrimination"].isel(dim=0)
     one_d = xr.Dataset(
@@ -362,13 +363,16 @@ def test_md_scoring_with_one_live_dimension_equals_the_2pl():
     sub = resp.isel(item=slice(0, 25))
     md_res = score(post, sub, random_seed=3)
     one_res = score(one_d, sub, random_seed=4)
-    # the dead dimension integrates out: the same accuracy posterior up to grid and
-    # Monte Carlo error (1000 draws of an accuracy whose sd is about 0.07: each
-    # mean's sd is about 0.0022, a difference's 0.003)
+    assert md_res["ability"].sizes["dim"] == n_dims
+    # the dead dimensions integrate out: the same accuracy posterior up to grid and
+    # Monte Carlo error (1000 or 500 draws of an accuracy whose sd is about 0.07: a
+    # difference of two means has sd 0.003 or 0.0045)
     diff = md_res["accuracy_mean"].values - one_res["accuracy_mean"].values
-    assert np.abs(diff).max() < 0.015 and abs(diff.mean()) < 0.002, diff
+    tol, bias = (0.015, 0.002) if n_dims == 2 else (0.02, 0.003)
+    assert np.abs(diff).max() < tol and abs(diff.mean()) < bias, diff
     np.testing.assert_allclose(md_res["ability_mean"].sel(dim=0), one_res["ability_mean"], atol=0.1)
-    assert abs(float(md_res["ability_mean"].sel(dim=1).mean())) < 0.1
+    dead = md_res["ability"].isel(dim=slice(1, None)).values  # the prior: mean 0, sd 1
+    assert abs(dead.mean()) < 0.05 and 0.9 < dead.std() < 1.1
 
 
 def test_importance_sampling_matches_the_grid_at_two_dims():
@@ -409,29 +413,6 @@ def test_importance_sampling_warns_when_its_weights_collapse(monkeypatch, caplog
     monkeypatch.setattr(scoring, "IS_INFLATE", 0.05)
     scoring._importance_samples(draws, resp.values, np.random.default_rng(0))
     assert "importance sampling of 3-D abilities: the median effective sample size" in caplog.text
-
-
-def test_three_dim_md_scoring_with_one_live_dimension_equals_the_2pl():
-    from bayes_microbench.scoring import score
-
-    resp, truth = simulate_mirt(60, 80, n_dims=3, seed=8)
-    truth = dict(truth, loadings=truth["loadings"] * np.array([1.0, 0.0, 0.0]))
-    post = md_posterior(truth, n_draws=250, noise=0.0)
-    a = post["discrimination"].isel(dim=0)
-    one_d = xr.Dataset(
-        {"discrimination": a, "difficulty": -post["intercept"] / a},
-        coords={"item": post["item"]},
-    )
-    sub = resp.isel(item=slice(0, 25))
-    md_res = score(post, sub, random_seed=3)  # 3 dims: importance sampling
-    one_res = score(one_d, sub, random_seed=4)  # 1 dim: the grid
-    assert md_res["ability"].sizes["dim"] == 3
-    # 500 draws of an accuracy whose sd is about 0.07: a difference of means has sd 0.0045
-    diff = md_res["accuracy_mean"].values - one_res["accuracy_mean"].values
-    assert np.abs(diff).max() < 0.02 and abs(diff.mean()) < 0.003, diff
-    np.testing.assert_allclose(md_res["ability_mean"].sel(dim=0), one_res["ability_mean"], atol=0.1)
-    dead = md_res["ability"].sel(dim=[1, 2]).values  # the prior: mean 0, sd 1
-    assert abs(dead.mean()) < 0.05 and 0.9 < dead.std() < 1.1
 
 
 def test_scoring_a_three_dim_md_posterior_covers_the_truth():
