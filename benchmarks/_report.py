@@ -63,19 +63,19 @@ def commit() -> str:
 
 
 def write_section(
-    name: str, title: str, body: str, *, run: tuple[str, str, str | None] | None = None
+    name: str, title: str, body: str, *, run: tuple[str, ...] | tuple[str, str, None] | None = None
 ) -> Path:
     """Replace (or append) the section ``name`` of the report with ``body``.
 
-    ``run``: (date, commit, machine) of a saved run the section is rewritten
-    from (machine None where the saved run did not record it); the header then
-    names that run, and says when and at which commit it was rewritten.
+    ``run``: (date, commit[, machine]) of a saved run the section is rewritten
+    from (machine absent or None where the saved run did not record it); the
+    header then names that run, and says when and at which commit it was rewritten.
     """
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     if run is None:
         head = f"_Run {stamp} on {machine()}, commit {commit()}, by `benchmarks/{name}.py`._"
     else:
-        where = run[2] or "a machine its saved rows do not record"
+        where = (run[2] if len(run) > 2 else None) or "a machine its saved rows do not record"
         head = (
             f"_Run {run[0]} on {where}, commit {run[1]}, by `benchmarks/{name}.py`; "
             f"section rewritten from the saved runs {stamp}, commit {commit()}._"

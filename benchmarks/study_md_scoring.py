@@ -17,8 +17,9 @@ Usage::
     .venv/bin/python benchmarks/study_md_scoring.py [--heldout 100] [--seed 0]
         [--tune 500] [--draws 500] [--dims 2] [--report-only]
 
-Each seed's run is kept in ``results/md_scoring.json`` (a rerun of a seed
-replaces it) and the section shows every saved seed.
+Each (D, seed) run is kept in ``results/md_scoring.json`` (a rerun replaces
+it) and the section shows every saved run; D >= 3 is scored by importance
+sampling (``scoring._importance_samples``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _report import commit, write_section  # noqa: E402
+from _report import commit, machine, write_section  # noqa: E402
 
 GPQA = HERE.parent.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
 RESULTS = HERE / "results" / "md_scoring.json"
@@ -126,7 +127,14 @@ def main() -> int:
         mask = np.zeros(test.values.shape, dtype=bool)
         np.put_along_axis(mask, np.argsort(keys, axis=1)[:, :n], True, axis=1)
         subsets[n] = mask
-    out = {"date": started, "commit": rev, "args": vars(args), "fits": [], "scores": {}}
+    out = {
+        "date": started,
+        "commit": rev,
+        "machine": machine(),
+        "args": vars(args),
+        "fits": [],
+        "scores": {},
+    }
     for model in ("2pl", "2pl-md"):
         post, fit_row = fit_train(train, model, args)
         print(json.dumps(fit_row, default=float), flush=True)
@@ -135,16 +143,24 @@ def main() -> int:
         for r in rows:
             print(model, json.dumps(r), flush=True)
         out["scores"][model] = rows
-    # one saved run per seed (a rerun of a seed replaces it); the section shows them all
+    # one saved run per (D, seed): a rerun replaces it; the section shows them all
     saved = json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else []
     runs = sorted(
-        [r for r in saved if r["args"]["seed"] != args.seed] + [out],
-        key=lambda r: r["args"]["seed"],
+        [r for r in saved if _key(r) != _key(out)] + [out],
+        key=_key,
     )
     RESULTS.write_text(json.dumps({"runs": runs}, indent=1, default=float) + "\n")
     if not args.no_report:
         report(runs, resp)
     return 0
+
+
+def _key(run: dict) -> tuple[int, int]:
+    return run["args"]["dims"], run["args"]["seed"]
+
+
+def _label(run: dict, model: str) -> str:
+    return f"2pl-md (D = {run['args']['dims']})" if model == "2pl-md" else model
 
 
 def report(runs: list[dict], resp) -> None:
@@ -153,7 +169,8 @@ def report(runs: list[dict], resp) -> None:
         f"GPQA ({resp.n_llms} llms x {resp.n_items} items): per seed, {first['heldout']} "
         "held-out llms; the item posteriors are fitted by NUTS on the other llms, 2 chains "
         "x (tune + draws) as in the first table, package defaults otherwise; "
-        f"`2pl-md` with D = {first['dims']}. Each held-out llm is observed on a random "
+        "`2pl-md` with the D its rows name (each run refits the 2PL beside it). Each "
+        "held-out llm is observed on a random "
         "subset (its own, the same for both models) and scored with "
         f"{first['max_draws']} posterior draws; truth = its accuracy on all "
         f"{resp.n_items} items. `calibrated` = recalibrated by `estimate_misfit` on the "
@@ -168,7 +185,7 @@ def report(runs: list[dict], resp) -> None:
         for f in run["fits"]:
             rows = run["scores"][f["model"]]
             lines.append(
-                f"| {run['args']['seed']}, {run['commit']} | {f['model']} | "
+                f"| {run['args']['seed']}, {run['commit']} | {_label(run, f['model'])} | "
                 f"({run['args']['tune']} + {run['args']['draws']}) | "
                 f"{f['fit_wall_seconds']:.0f} | {f['max_rhat']:.3f} | {f['min_ess_bulk']:.0f} | "
                 f"{f['divergences']} | {f['mean_tree_size']:.1f} | "
@@ -186,7 +203,7 @@ def report(runs: list[dict], resp) -> None:
         for model, rows in run["scores"].items():
             for r in rows:
                 lines.append(
-                    f"| {run['args']['seed']} | {model} | {r['n_items']} | "
+                    f"| {run['args']['seed']} | {_label(run, model)} | {r['n_items']} | "
                     f"{r['plain_coverage']:.2f} | {r['plain_width']:.3f} | "
                     f"{r['calibrated_coverage']:.2f} | {r['calibrated_width']:.3f} | "
                     f"{r['wilson_coverage']:.2f} | {r['wilson_width']:.3f} | "
@@ -198,14 +215,14 @@ def report(runs: list[dict], resp) -> None:
         "(plain, per size). The fits are short and the table says whether they converged: "
         "where R-hat > 1.01 or ESS < 400 the posteriors are indicative only.",
     ]
-    last = runs[-1]
+    last = max(runs, key=lambda r: r["date"])
     write_section(
         "study_md_scoring",
         "GPQA: held-out scoring with the 2PL vs the multidimensional 2PL",
         "\n".join(lines),
         run=None
         if len(runs) == 1 and commit() == last["commit"]
-        else (last["date"], last["commit"]),
+        else (last["date"], last["commit"], last.get("machine")),
     )
 
 
