@@ -553,22 +553,25 @@ def _importance_samples(
     icpt = -(draws.discrimination * draws.difficulty)  # (S, I)
     linear_load = np.einsum("li,sid->sld", y_right, draws.loadings)  # (S, L, D)
     linear_icpt = icpt @ y_right.T  # (S, L)
-    obs_items = np.nonzero(observed.any(axis=0))[0]
-    lam_obs = draws.loadings[:, obs_items].astype(np.float32)  # (S, I_o, D)
-    icpt_obs = icpt[:, obs_items].astype(np.float32)
-    n_obs_o = n_obs[:, obs_items].astype(np.float32)  # (L, I_o)
-    pts32 = points.reshape(n_l * n_k, n_d).astype(np.float32)
+    # each llm's own observed items (llms may see different subsets), padded to the
+    # largest count with weight 0: (L, J) positions and weights
+    n_max = max(1, int(observed.sum(axis=1).max()))
+    order = np.argsort(~observed, axis=1, kind="stable")[:, :n_max]
+    weight = np.take_along_axis(observed, order, axis=1).astype(np.float32)  # (L, J)
+    lam32 = draws.loadings.astype(np.float32)
+    icpt32 = icpt.astype(np.float32)
+    pts32 = points.astype(np.float32)  # (L, K, D)
     out = np.empty((n_s, n_l, n_d))
     post_mean = np.empty((n_s, n_l, n_d))
     ess = np.empty((n_s, n_l))
     uniforms = rng.random((n_s, n_l))
-    chunk = max(1, _CHUNK_CELLS // max(1, n_l * n_k * max(len(obs_items), 1)))
+    chunk = max(1, _CHUNK_CELLS // max(1, n_l * n_k * n_max))
     for start in range(0, n_s, chunk):
         sl = slice(start, min(n_s, start + chunk))
-        # eta: (s, L, K, I_o); softplus summed over the observed items of each llm
-        eta = np.matmul(pts32, np.swapaxes(lam_obs[sl], 1, 2)) + icpt_obs[sl][:, None, :]
-        eta = eta.reshape(-1, n_l, n_k, len(obs_items))
-        soft = np.einsum("slki,li->slk", np.logaddexp(np.float32(0.0), eta), n_obs_o)
+        # eta: (s, L, K, J) over each llm's observed items; softplus summed over them
+        lam_g = np.swapaxes(lam32[sl][:, order], 2, 3)  # (s, L, D, J)
+        eta = np.matmul(pts32[None], lam_g) + icpt32[sl][:, order][:, :, None, :]
+        soft = np.einsum("slkj,lj->slk", np.logaddexp(np.float32(0.0), eta), weight)
         loglik = (
             np.einsum("lkd,sld->slk", points, linear_load[sl]) + linear_icpt[sl][:, :, None] - soft
         )

@@ -386,7 +386,9 @@ def test_importance_sampling_matches_the_grid_at_two_dims():
     resp, truth = simulate_mirt(30, 60, seed=9)
     draws = extract(md_posterior(truth, n_draws=100, noise=0.1), max_draws=None, multidim=True)
     y = resp.values.copy()
-    y[:15, 30:] = np.nan  # half the llms answered 30 items, half 60
+    # each llm its own random items: half of them 30, half 60
+    keys = np.random.default_rng(0).random(y.shape)
+    y[np.argsort(np.argsort(keys, axis=1), axis=1) >= np.repeat([30, 60], 15)[:, None]] = np.nan
     # the default 61-point grid per dim: its conditional means agree with a 161-point
     # grid's to 1e-5 here (by hand)
     grid, grid_mean = ability_posterior_samples(draws, y, grid=ability_grid(dims=2), random_seed=1)
