@@ -201,6 +201,11 @@ class ItemDraws:
             loadings=None if self.loadings is None else self.loadings.mean(axis=0, keepdims=True),
         )
 
+    @property
+    def intercept(self) -> np.ndarray:
+        """``-discrimination * difficulty``: the logit at ability 0, ``(n_draws, n_items)``."""
+        return -(self.discrimination * self.difficulty)
+
     def logit(self, ability: np.ndarray, dtype: type = np.float64) -> np.ndarray:
         """``logit P(correct)`` minus the floor: ``(n_draws, K, n_items)``.
 
@@ -430,16 +435,16 @@ def ability_posterior_samples(
     """
     rng = np.random.default_rng(random_seed)
     multi = draws.loadings is not None
+    y = np.asarray(correct, dtype=np.float64)
+    if y.ndim != 2 or y.shape[1] != draws.n_items:
+        raise ValueError("correct must be (n_llms, n_items) matching the item draws")
     if grid is None and draws.n_dims > MAX_GRID_DIMS:
-        return _importance_samples(draws, correct, rng)
+        return _importance_samples(draws, y, rng)
     if grid is None:
         grid = ability_grid(dims=draws.n_dims)
     grid = np.asarray(grid, dtype=np.float64)
     if grid.ndim != (2 if multi else 1) or (multi and grid.shape[1] != draws.n_dims):
         raise ValueError(f"grid must be {'(G, D)' if multi else '(G,)'} for these item draws")
-    y = np.asarray(correct, dtype=np.float64)
-    if y.ndim != 2 or y.shape[1] != draws.n_items:
-        raise ValueError("correct must be (n_llms, n_items) matching the item draws")
     observed = ~np.isnan(y)
     y_right = np.where(observed, y, 0.0)
     y_wrong = observed.astype(np.float64) - y_right
@@ -493,7 +498,7 @@ def _laplace(
     """
     assert draws.loadings is not None
     lam = draws.loadings.mean(axis=0)  # (I, D)
-    icpt = -(draws.discrimination * draws.difficulty).mean(axis=0)  # (I,)
+    icpt = draws.intercept.mean(axis=0)  # (I,)
     n_l, n_d = y_right.shape[0], lam.shape[1]
     theta = np.zeros((n_l, n_d))
     eye = np.eye(n_d)
@@ -511,7 +516,7 @@ def _laplace(
 
 
 def _importance_samples(
-    draws: ItemDraws, correct: np.ndarray, rng: np.random.Generator
+    draws: ItemDraws, y: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`ability_posterior_samples` of a ``2pl-md`` posterior by importance sampling.
 
@@ -523,12 +528,10 @@ def _importance_samples(
     prior x likelihood / proposal and one is drawn by its weight (and the
     weighted mean is the conditional posterior mean). Vectorized over draws,
     points and llms, chunked over draws. Logs a warning when the weights of
-    the median (llm, draw) pair have an effective sample size under 50.
+    the median (llm, draw) pair have an effective sample size under 50. ``y``:
+    the ``(n_llms, n_items)`` responses, checked by the caller.
     """
     assert draws.loadings is not None
-    y = np.asarray(correct, dtype=np.float64)
-    if y.ndim != 2 or y.shape[1] != draws.n_items:
-        raise ValueError("correct must be (n_llms, n_items) matching the item draws")
     observed = ~np.isnan(y)
     y_right = np.where(observed, y, 0.0)
     n_obs = observed.astype(np.float64)
@@ -550,7 +553,7 @@ def _importance_samples(
         (u**2).sum(axis=2) / IS_DF
     )
     # the likelihood sum_i y_i eta_i - n_i softplus(eta_i); its linear part needs no cells
-    icpt = -(draws.discrimination * draws.difficulty)  # (S, I)
+    icpt = draws.intercept  # (S, I)
     linear_load = np.einsum("li,sid->sld", y_right, draws.loadings)  # (S, L, D)
     linear_icpt = icpt @ y_right.T  # (S, L)
     # each llm's own observed items (llms may see different subsets), padded to the
