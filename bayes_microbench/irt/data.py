@@ -161,11 +161,12 @@ def _below_floor(
     with np.errstate(invalid="ignore"):
         tail = special.bdtr(k, n, np.where(fixed, floors, 0.0))  # P(X <= k)
     checked = fixed & (n > 0)
+    n_checked = int(checked.sum())
     below = items[checked & (tail < BELOW_FLOOR_P)]
-    far = items[checked & (tail < BELOW_FLOOR_P / max(int(checked.sum()), 1))]
+    far = items[checked & (tail < BELOW_FLOOR_P / max(n_checked, 1))]
     if len(below):
         verdict = (
-            f"{len(far)} of them beyond chance (p < {BELOW_FLOOR_P:g} / {int(checked.sum())}): "
+            f"{len(far)} of them beyond chance (p < {BELOW_FLOOR_P:g} / {n_checked}): "
             "a 3PL with fixed floors misfits them (fit the 2PL)"
             if len(far)
             else "none beyond chance (about 1% of a well-fitting 3PL's items are this low)"
