@@ -63,7 +63,7 @@ def commit() -> str:
 
 
 def write_section(
-    name: str, title: str, body: str, *, run: tuple[str, ...] | tuple[str, str, None] | None = None
+    name: str, title: str, body: str, *, run: tuple[str | None, ...] | None = None
 ) -> Path:
     """Replace (or append) the section ``name`` of the report with ``body``.
 
@@ -115,7 +115,7 @@ def run_rows(
     """
     saved = json.loads(results.read_text())["rows"] if results.exists() else []
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    head = commit()
+    head, where = commit(), machine()
     for args in jobs:
         load = os.getloadavg()[0]
         out = subprocess.run(
@@ -126,7 +126,7 @@ def run_rows(
             print(f"{' '.join(args)}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
             return None
         row = json.loads(lines[-1][4:])
-        row.update(load=load, date=stamp, commit=head, machine=machine())
+        row.update(load=load, date=stamp, commit=head, machine=where)
         print(json.dumps(row), flush=True)
         saved = [r for r in saved if key(r) != key(row)] + [row]
         results.parent.mkdir(exist_ok=True)
