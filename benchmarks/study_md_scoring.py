@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _report import commit, machine, write_section  # noqa: E402
+from _report import commit, last_run, machine, write_section  # noqa: E402
 
 GPQA = HERE.parent.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
 RESULTS = HERE / "results" / "md_scoring.json"
@@ -215,14 +215,12 @@ def report(runs: list[dict], resp) -> None:
         "(plain, per size). The fits are short and the table says whether they converged: "
         "where R-hat > 1.01 or ESS < 400 the posteriors are indicative only.",
     ]
-    last = max(runs, key=lambda r: r["date"])
+    last = last_run(runs)  # (date, commit, machine)
     write_section(
         "study_md_scoring",
         "GPQA: held-out scoring with the 2PL vs the multidimensional 2PL",
         "\n".join(lines),
-        run=None
-        if len(runs) == 1 and commit() == last["commit"]
-        else (last["date"], last["commit"], last.get("machine")),
+        run=None if len(runs) == 1 and commit() == last[1] else last,
     )
 
 
