@@ -445,6 +445,63 @@ def test_ppc_and_loo(tiny):
     assert np.isfinite(res.elpd) and res.elpd < 0
 
 
+def test_psis_weights_keep_raw_weights_where_the_top_weights_are_flat():
+    import xarray as xr
+    from scipy.special import logsumexp
+
+    from bayes_microbench.irt.checks import psis_weights
+
+    rng = np.random.default_rng(0)
+    n_chain, n_draw = 2, 200
+    ll = np.empty((n_chain, n_draw, 4))
+    ll[..., 0] = rng.normal(-0.7, 0.3, (n_chain, n_draw))  # an ordinary cell
+    ll[..., 1] = np.log(0.25)  # a 3PL item at its floor in every draw
+    ll[..., 2] = np.where(rng.random((n_chain, n_draw)) < 0.5, np.log(0.25), np.log(0.6))
+    # at the floor to within rounding: a few distinct values 1e-8 apart
+    ll[..., 3] = np.log(0.75) - 1e-8 * rng.integers(0, 3, (n_chain, n_draw))
+    post = xr.Dataset({"x": (("chain", "draw"), rng.normal(size=(n_chain, n_draw)))})
+    tree = xr.DataTree.from_dict(
+        {
+            "posterior": post,
+            "log_likelihood": xr.Dataset({"correct": (("chain", "draw", "cell"), ll)}),
+            "observed_data": xr.Dataset({"correct": ("cell", np.ones(4))}),
+        }
+    )
+    log_w, k, reff = psis_weights(tree)
+    n = n_chain * n_draw
+    flat = log_w.transpose("chain", "draw", "cell").values.reshape(n, 4)
+    assert np.allclose(flat[:, 1], -np.log(n)) and k.values[1] == 0.0
+    for c in (2, 3):
+        raw = -ll[..., c].ravel() - logsumexp(-ll[..., c].ravel())
+        assert np.allclose(flat[:, c], raw) and k.values[c] == 0.0
+    # the ordinary cell gets ArviZ's smoothed weights at the same relative ESS
+    lw0, k0 = (
+        tree["log_likelihood"]["correct"]
+        .isel(cell=[0])
+        .azstats.psislw(r_eff=reff, dim=["chain", "draw"])
+    )
+    assert np.allclose(flat[:, 0], lw0.transpose("chain", "draw", "cell").values.ravel())
+    assert k.values[0] == pytest.approx(float(k0.values[0]))
+    assert 0.5 < reff <= 1.5  # independent draws
+
+
+def test_loo_of_a_3pl_with_items_at_their_floor():
+    from bayes_microbench.irt.checks import loo
+
+    resp = simulate_responses("gpqa", n_llms=60, n_items=30, random_seed=4)  # 3PL, floors 1/4
+    fit = IRTModel(resp, "3pl").fit("pathfinder", draws=200, chains=1, random_seed=0)
+    # as on GPQA: items whose intercept sits so far below every ability that each
+    # cell's likelihood is its floor's to machine precision, in all or half the draws
+    intercept = fit.idata["posterior"]["intercept"]
+    intercept.values[..., 0] = -80.0
+    intercept.values[:, ::2, 1] = -80.0
+    res = loo(fit, max_draws=200)  # ArviZ's own PSIS raised "All tail values are the same"
+    assert np.isfinite(res.elpd) and res.elpd < 0
+    k = res.pareto_k.values
+    assert not np.isnan(k).any()  # a failed Pareto fit counts as unreliable (inf)
+    assert (k[res.pareto_k["cell_item"].values == resp.items[0]] == 0.0).all()
+
+
 def test_compare_models_table(tiny):
     from bayes_microbench.irt.checks import compare_models
 

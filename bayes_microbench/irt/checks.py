@@ -244,15 +244,72 @@ def log_likelihood(fit: Any, *, max_draws: int = 400) -> xr.DataTree:
     )
 
 
+#: A cell whose ``FLAT_TOP`` largest importance weights agree to a factor ``exp(FLAT_TOL)``
+#: has a flat upper tail and keeps its raw weights (:func:`psis_weights`).
+FLAT_TOP = 5
+FLAT_TOL = 1e-6
+
+
+def psis_weights(tree: xr.DataTree) -> tuple[xr.DataArray, xr.DataArray, float]:
+    """Each cell's PSIS log weights and Pareto k, and the relative ESS used.
+
+    ``tree``: from :func:`log_likelihood`. The weights of leaving cell ``i`` out
+    are ``1 / p(y_i | draw)``, Pareto-smoothed in their upper tail
+    (``arviz_stats``). A 3PL cell at an item the posterior puts at its floor
+    has a likelihood equal to the floor's in every draw, or in many, to within
+    rounding: GPQA's 3PL has thousands of such cells. Their largest weights
+    tie, and the Pareto fit of a flat tail fails (ArviZ raises "All tail values
+    are the same", or returns k = NaN when a few rounding steps separate them).
+    Weights whose ``FLAT_TOP`` largest agree to a factor ``exp(FLAT_TOL)`` have
+    no heavy tail to smooth: such a cell keeps its raw normalized weights, with
+    k = 0. Where a few huge weights stand over such a flat rest the Pareto fit
+    gives no k (NaN) and ArviZ keeps the raw weights: that cell's k is set to
+    inf, so that it counts as unreliable.
+    """
+    import arviz_stats as azs
+    from scipy.special import logsumexp
+
+    ll = tree["log_likelihood"]["correct"].transpose("chain", "draw", "cell")
+    n = ll.sizes["chain"] * ll.sizes["draw"]
+    post = tree["posterior"].to_dataset()
+    if ll.sizes["chain"] > 1:
+        ess = azs.ess(post, method="mean")
+        reff = float(np.mean(np.hstack([ess[v].values.ravel() for v in ess.data_vars]))) / n
+    else:
+        reff = 1.0
+    neg = -np.asarray(ll.values, dtype=np.float64).reshape(n, -1)
+    top = np.partition(neg, n - FLAT_TOP, axis=0)[n - FLAT_TOP :]
+    flat = top.max(axis=0) - top.min(axis=0) <= FLAT_TOL
+    log_w = neg - logsumexp(neg, axis=0)
+    k = np.zeros(neg.shape[1])
+    if (~flat).any():
+        lw, kk = ll.isel(cell=np.nonzero(~flat)[0]).azstats.psislw(
+            r_eff=reff, dim=["chain", "draw"]
+        )
+        log_w[:, ~flat] = lw.transpose("chain", "draw", "cell").values.reshape(n, -1)
+        # NaN: no Pareto fit of a tail of a few huge weights over a flat rest; count it
+        # as unreliable (k = inf), not as unchecked
+        k[~flat] = np.where(np.isnan(kk.values), np.inf, kk.values)
+    weights = ll.copy(data=log_w.reshape(ll.shape))
+    return weights, xr.DataArray(k, dims="cell", coords=ll["cell"].coords), reff
+
+
 def loo(fit: Any, *, max_draws: int = 400) -> Any:
-    """PSIS-LOO over observed cells (``arviz_stats.loo``), returned as its ``ELPDData``."""
+    """PSIS-LOO over observed cells (``arviz_stats.loo``), returned as its ``ELPDData``.
+
+    The weights come from :func:`psis_weights` (cells at a 3PL floor included).
+    """
     import warnings
 
     import arviz_stats as azs
 
+    tree = log_likelihood(fit, max_draws=max_draws)
+    log_w, k, reff = psis_weights(tree)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = azs.loo(log_likelihood(fit, max_draws=max_draws), var_name="correct")
+        res = azs.loo(
+            tree, pointwise=True, var_name="correct", reff=reff, log_weights=log_w, pareto_k=k
+        )
     _log_pareto(caught)
     return res
 
@@ -295,9 +352,9 @@ def compare_models(fits: dict[str, Any], *, max_draws: int = 400) -> pd.DataFram
         )
     import warnings
 
-    trees = {name: log_likelihood(f, max_draws=max_draws) for name, f in fits.items()}
+    elpd = {name: loo(f, max_draws=max_draws) for name, f in fits.items()}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        table = azs.compare(trees)
+        table = azs.compare(elpd)
     _log_pareto(caught)
     return table
