@@ -93,6 +93,18 @@ the data inform weakly (median :func:`slope_sd` above ``WEAK_SLOPE_SD``, no
 item below its floor beyond chance): a floor spends the information of the
 llms near it.
 
+Tried and dropped for the 3PL (by hand, 2026-11-30, the simulator's GPQA preset,
+seeds 0 and 1, 2 x (1000 + 1000)): partially centered log discriminations
+(``x~ ~ Normal(w * mean, sd**w)``, ``x = mean + sd**(1 - w) * (x~ - w * mean)``, per
+item ``w = tau^2 / (tau^2 + slope_sd^2)``) with the intercepts centered as in
+``"decoupled"``. Worst R-hat / lowest bulk ESS: ``tau`` 0.1: 1.0103 / 422 and
+1.0129 / 309; 0.15: 1.0108 / 446 and 1.0104 / 307 (4 divergences); 0.2: 1.0111 /
+425 and 1.036 / 94 (51 divergences); 0.5: 1.21 / 8; ``w = 0`` (non-centered
+slopes, centered intercepts): 1.0121 / 328 and 1.0148 / 434; against
+``"decoupled-nc"``'s 1.0124 / 270 and 1.0110 / 228 (``study_3pl_parameterization.py``).
+No setting converged on both seeds, the gains were within the seed-to-seed
+spread, and the weights need a tuning constant, so ``"decoupled-nc"`` stays.
+
 ``"slope-intercept"`` (centered ``a * theta + d`` with ``theta ~ N(0, 1)``) and
 ``"textbook"`` (centered ``a * (theta - b)``) are kept for the sampling
 benchmark.
