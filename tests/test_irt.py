@@ -499,7 +499,13 @@ def test_loo_of_a_3pl_with_items_at_their_floor():
     assert np.isfinite(res.elpd) and res.elpd < 0
     k = res.pareto_k.values
     assert not np.isnan(k).any()  # a failed Pareto fit counts as unreliable (inf)
-    assert (k[res.pareto_k["cell_item"].values == resp.items[0]] == 0.0).all()
+    at_floor = res.pareto_k["cell_item"].values == resp.items[0]
+    assert (k[at_floor] == 0.0).all()
+    # leaving such a cell out changes nothing: its LOO density is the floor's exactly
+    row = {llm: j for j, llm in enumerate(resp.llms)}
+    y = resp.values[[row[x] for x in res.pareto_k["cell_llm"].values[at_floor]], 0]
+    expected = np.where(y == 1.0, np.log(0.25), np.log(0.75))
+    assert np.allclose(res.elpd_i.values[at_floor], expected, atol=1e-6)
 
 
 def test_compare_models_table(tiny):
