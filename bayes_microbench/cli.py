@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "demo",
     "info",
     "fit",
+    "check",
     "evaluate",
     "import_",
     "report",

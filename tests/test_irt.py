@@ -521,6 +521,58 @@ def test_compare_models_table(tiny):
         compare_models({"2pl": fit2})
 
 
+def test_cli_check_ppc_and_loo_of_saved_fits(tmp_path, capsys):
+    from bayes_microbench.cli import main
+    from bayes_microbench.io import save_responses
+    from bayes_microbench.irt.checks import compare_models
+
+    resp = simulate_responses("gpqa", n_llms=60, n_items=40, model="2pl", random_seed=2)
+    save_responses(resp, tmp_path / "r.csv")
+    for model in ("1pl", "2pl"):
+        fit = ["fit", "--responses", str(tmp_path / "r.csv"), "--model", model, "--method",
+               "pathfinder", "--draws", "200", "--chains", "1", "--quiet",
+               "--output", str(tmp_path / f"{model}.nc")]  # fmt: skip
+        assert main(fit) == 0
+    capsys.readouterr()
+    paths = [str(tmp_path / "1pl.nc"), str(tmp_path / "2pl.nc")]
+    assert main(["check", *paths, "--json", "--quiet", "--max-draws", "200"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [c["model"] for c in res["posteriors"]] == ["1pl", "2pl"]
+    assert all(c["ppc"]["n_llms"] == 60 and c["converged"] is None for c in res["posteriors"])
+    # best first, the library's own comparison of the same files
+    rows = res["loo"]
+    assert rows[0]["elpd_diff"] == 0.0 and rows[1]["elpd_diff"] < 0
+    assert rows[0]["elpd_loo"] > rows[1]["elpd_loo"]
+    assert rows[0]["cells"] == int(resp.observed.sum())
+    table = compare_models(
+        {n: load_posterior(tmp_path / n) for n in ("1pl.nc", "2pl.nc")}, max_draws=200
+    )
+    assert [r["posterior"] for r in rows] == list(table.index)
+    assert np.allclose([r["elpd_loo"] for r in rows], table["elpd"].values)
+    assert main(["check", *paths, "--quiet", "--max-draws", "200"]) == 0
+    text = capsys.readouterr().out
+    assert "1pl.nc: 1pl, pathfinder (an approximation" in text and "PSIS-LOO over 2400" in text
+    # bad input: one line, exit 2
+    other = simulate_responses("gpqa", n_llms=30, n_items=40, model="2pl", random_seed=3)
+    save_responses(other, tmp_path / "o.csv")
+    fit = ["fit", "--responses", str(tmp_path / "o.csv"), "--method", "map", "--quiet",
+           "--output", str(tmp_path / "o.nc")]  # fmt: skip
+    assert main(fit) == 0
+    thin = ["fit", "--responses", str(tmp_path / "r.csv"), "--method", "map", "--quiet",
+            "--items-only", "--output", str(tmp_path / "items.nc")]  # fmt: skip
+    assert main(thin) == 0
+    capsys.readouterr()
+    for bad, message in [
+        ([paths[0], str(tmp_path / "o.nc")], "other llms or items"),
+        ([str(tmp_path / "items.nc")], "items-only artifact"),
+        ([str(tmp_path / "absent.nc")], "no such file"),
+        ([paths[0], "--max-draws", "0"], "--max-draws must be at least 1"),
+    ]:
+        assert main(["check", *bad, "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+
+
 def test_cli_fit_json(tmp_path, capsys):
     from bayes_microbench.cli import main
     from bayes_microbench.io import save_responses

@@ -335,8 +335,12 @@ def compare_models(fits: dict[str, Any], *, max_draws: int = 400) -> pd.DataFram
         ArviZ's comparison table (``elpd``, ``elpd_diff``, ``dse``, ``weight``,
         ...), best model first.
     """
-    import arviz_stats as azs
+    check_same_responses(fits)
+    return compare_loo({name: loo(f, max_draws=max_draws) for name, f in fits.items()})
 
+
+def check_same_responses(fits: dict[str, Any]) -> None:
+    """Refuse fewer than two fits, or fits made on other llms or items than the first."""
     if len(fits) < 2:
         raise ConfigurationError(f"compare needs at least two fits, got {len(fits)}")
     shapes = {
@@ -350,9 +354,14 @@ def compare_models(fits: dict[str, Any], *, max_draws: int = 400) -> pd.DataFram
             f"fits {differ} were made on other llms or items than {next(iter(shapes))!r}; "
             "compare fits of the same responses"
         )
+
+
+def compare_loo(elpd: dict[str, Any]) -> pd.DataFrame:
+    """``arviz_stats.compare`` of :func:`loo` results, its warnings sent to the log."""
     import warnings
 
-    elpd = {name: loo(f, max_draws=max_draws) for name, f in fits.items()}
+    import arviz_stats as azs
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         table = azs.compare(elpd)

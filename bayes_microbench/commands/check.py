@@ -1,0 +1,146 @@
+"""``bayes-microbench check POSTERIOR [POSTERIOR ...]``: how well saved fits fit their responses.
+
+For each posterior written by ``fit``: its convergence (as saved) and its
+posterior predictive checks (per-llm accuracy, per-item proportion correct,
+raw-score sd; a p-value outside [0.05, 0.95] flags misfit). Given two or more
+posteriors fitted on the same responses (e.g. ``--model 1pl``, ``2pl``, ``3pl``),
+their PSIS-LOO comparison, best first. Items-only artifacts (``models/*.nc``)
+hold no abilities and cannot be checked: check the full fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ._common import add_output_flags, add_seed, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check",
+        help="posterior predictive checks of saved fits, and their LOO comparison",
+        description=__doc__,
+    )
+    p.add_argument("posteriors", nargs="+", metavar="POSTERIOR", help="saved posterior (.nc)")
+    p.add_argument(
+        "--max-draws",
+        type=int,
+        default=400,
+        help="posterior draws used per check (default 400; LOO memory: draws x cells x 4 bytes)",
+    )
+    add_seed(p)
+    add_output_flags(p)
+    p.set_defaults(func=run)
+
+
+def _names(paths: list[str]) -> list[str]:
+    """File names, or the paths where two posteriors share a file name."""
+    names = [Path(p).name for p in paths]
+    return names if len(set(names)) == len(names) else list(paths)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..exceptions import ConfigurationError
+    from ..irt.checks import check_same_responses, compare_loo, loo, posterior_predictive_check
+    from ..irt.io import load_posterior
+
+    if args.max_draws < 1:
+        raise ConfigurationError(f"--max-draws must be at least 1, got {args.max_draws}")
+    fits = {
+        name: load_posterior(p)
+        for name, p in zip(_names(args.posteriors), args.posteriors, strict=True)
+    }
+    for name, fit in fits.items():
+        if fit.items_only:
+            raise ConfigurationError(
+                f"{name}: an items-only artifact (no abilities, no responses); "
+                "check the full posterior that 'fit --output' wrote"
+            )
+    if len(fits) > 1:
+        check_same_responses(fits)
+    checked = []
+    for name, fit in fits.items():
+        ppc = posterior_predictive_check(fit, max_draws=args.max_draws, random_seed=args.seed)
+        diag = fit.diagnostics
+        checked.append(
+            {
+                "posterior": name,
+                "model": fit.model,
+                "method": fit.sampler.method,
+                "converged": fit.converged,
+                "diagnostics": None if diag is None else diag.to_dict(),
+                "ppc": ppc.summary,
+            }
+        )
+    table = None
+    if len(fits) > 1:
+        elpd = {name: loo(fit, max_draws=args.max_draws) for name, fit in fits.items()}
+        table = _loo_rows(compare_loo(elpd), elpd)
+    if args.json:
+        print_json({"posteriors": checked, "loo": table})
+        return 0
+    for row in checked:
+        _print_checked(row)
+    if table is not None:
+        _print_loo(table, args.max_draws)
+    return 0
+
+
+def _loo_rows(table: Any, elpd: dict[str, Any]) -> list[dict[str, Any]]:
+    import numpy as np
+
+    rows = []
+    for name in table.index:
+        k = np.asarray(elpd[name].pareto_k)
+        rows.append(
+            {
+                "posterior": name,
+                "elpd_loo": float(table.loc[name, "elpd"]),
+                "se": float(table.loc[name, "se"]),
+                "p_loo": float(table.loc[name, "p"]),
+                "elpd_diff": float(table.loc[name, "elpd_diff"]),
+                "dse": float(table.loc[name, "dse"]),
+                "cells_pareto_k_over_0.7": int(np.sum(k > 0.7)),
+                "cells": int(k.size),
+            }
+        )
+    return rows
+
+
+def _print_checked(row: dict[str, Any]) -> None:
+    diag, ppc = row["diagnostics"], row["ppc"]
+    if diag is None:
+        fit = f"{row['method']} (an approximation: no convergence diagnostics)"
+    elif row["converged"]:
+        fit = (
+            f"NUTS, converged (max R-hat {diag['max_rhat']:.4f}, min bulk ESS "
+            f"{diag['min_ess_bulk']:.0f}, {diag['divergences']} divergences)"
+        )
+    else:
+        fit = f"NUTS, NOT converged: {'; '.join(diag['problems'])}"
+    print(f"{row['posterior']}: {row['model']}, {fit}")
+    print(
+        f"  PPC ({ppc['draws_used']} draws): {ppc['llm_accuracy_ppp_outside_5_95']} of "
+        f"{ppc['n_llms']} llms and {ppc['item_p_correct_ppp_outside_5_95']} of "
+        f"{ppc['n_items']} items with p outside [0.05, 0.95]; mean |observed - predicted| "
+        f"accuracy {ppc['llm_accuracy_mean_abs_error']:.4f}, proportion correct "
+        f"{ppc['item_p_correct_mean_abs_error']:.4f}; raw-score sd p "
+        f"{ppc['raw_score_sd_ppp']:.2f}"
+    )
+
+
+def _print_loo(rows: list[dict[str, Any]], max_draws: int) -> None:
+    width = max(len(r["posterior"]) for r in rows)
+    print(
+        f"PSIS-LOO over {rows[0]['cells']} observed cells (at most {max_draws} draws), best first:"
+    )
+    print(
+        f"  {'posterior':<{width}}  {'elpd_loo':>11}  {'SE':>7}  {'elpd_diff':>10}  {'dse':>7}  k>0.7"
+    )
+    for r in rows:
+        print(
+            f"  {r['posterior']:<{width}}  {r['elpd_loo']:>11.1f}  {r['se']:>7.1f}  "
+            f"{r['elpd_diff']:>10.1f}  {r['dse']:>7.1f}  {r['cells_pareto_k_over_0.7']}"
+        )
