@@ -357,13 +357,17 @@ def check_same_responses(fits: dict[str, Any]) -> None:
 
 
 def compare_loo(elpd: dict[str, Any]) -> pd.DataFrame:
-    """``arviz_stats.compare`` of :func:`loo` results, its warnings sent to the log."""
+    """``arviz_stats.compare`` of :func:`loo` results, its warnings sent to the log.
+
+    The figures are unrounded (ArviZ's default rounds ``elpd`` to the digits its
+    SE supports: -95600 for GPQA's 2PL at -95576.6).
+    """
     import warnings
 
     import arviz_stats as azs
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        table = azs.compare(elpd)
+        table = azs.compare(elpd, round_to="none")
     _log_pareto(caught)
     return table
