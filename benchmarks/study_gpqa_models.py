@@ -150,33 +150,12 @@ def md_extras(one_fit, md_fit) -> dict:
 
 
 def run_loo(fits: dict, args: argparse.Namespace) -> dict:
-    """PSIS-LOO of every fit over all observed cells (``checks.loo``), and ArviZ's comparison."""
-    import arviz_stats as azs
-
-    from bayes_microbench.irt.checks import loo
+    """PSIS-LOO of every fit over all observed cells (``checks.loo``), compared (``loo_rows``)."""
+    from bayes_microbench.irt.checks import loo, loo_rows
 
     t0 = time.perf_counter()
     elpd = {name: loo(fit, max_draws=args.loo_draws) for name, fit in fits.items()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        table = azs.compare(elpd, round_to="none")
-    rows = []
-    for name in table.index:
-        e = elpd[name]
-        k = np.asarray(e.pareto_k)
-        rows.append(
-            {
-                "model": name,
-                "elpd": float(e.elpd),
-                "se": float(e.se),
-                "p": float(e.p),
-                "elpd_diff": float(table.loc[name, "elpd_diff"]),
-                "dse": float(table.loc[name, "dse"]),
-                "pareto_k_over_07": int(np.sum(k > 0.7)),
-                "pareto_k_over_1": int(np.sum(k > 1.0)),
-            }
-        )
-    return {"seconds": time.perf_counter() - t0, "table": rows}
+    return {"seconds": time.perf_counter() - t0, "table": loo_rows(elpd)}
 
 
 def run_seed(resp, seed: int, args: argparse.Namespace) -> dict:
@@ -290,9 +269,9 @@ def report(runs: list[dict], resp, settings: dict) -> str:
             "|---|---|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {t['model']} | {t['elpd']:.1f} | {t['se']:.1f} | {t['p']:.1f} "
-            f"| {t['elpd_diff']:.1f} | {t['dse']:.1f} | {t['pareto_k_over_07']} "
-            f"| {t['pareto_k_over_1']} |"
+            f"| {t['model']} | {t['elpd_loo']:.1f} | {t['se']:.1f} | {t['p_loo']:.1f} "
+            f"| {t['elpd_diff']:.1f} | {t['dse']:.1f} | {t['cells_pareto_k_over_0.7']} "
+            f"| {t['cells_pareto_k_over_1']} |"
             for t in loo["table"]
         ]
     splits = [(run["seed"], run["floor_split"]) for run in runs if "floor_split" in run]

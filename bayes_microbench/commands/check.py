@@ -46,7 +46,7 @@ def _names(paths: list[str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from ..exceptions import ConfigurationError
-    from ..irt.checks import check_same_responses, compare_loo, loo, posterior_predictive_check
+    from ..irt.checks import check_same_responses, loo, loo_rows, posterior_predictive_check
     from ..irt.io import load_posterior
 
     if args.max_draws < 1:
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             # per-cell Pareto smoothing: about 2 minutes per fit for GPQA's 188k cells
             logger.info("PSIS-LOO of %s ...", name)
             elpd[name] = loo(fit, max_draws=args.max_draws)
-        table = _loo_rows(compare_loo(elpd), elpd)
+        table = loo_rows(elpd, key="posterior")
     if args.json:
         print_json({"posteriors": checked, "loo": table})
         return 0
@@ -93,27 +93,6 @@ def run(args: argparse.Namespace) -> int:
     if table is not None:
         _print_loo(table, args.max_draws)
     return 0
-
-
-def _loo_rows(table: Any, elpd: dict[str, Any]) -> list[dict[str, Any]]:
-    import numpy as np
-
-    rows = []
-    for name in table.index:
-        k = np.asarray(elpd[name].pareto_k)
-        rows.append(
-            {
-                "posterior": name,
-                "elpd_loo": float(table.loc[name, "elpd"]),
-                "se": float(table.loc[name, "se"]),
-                "p_loo": float(table.loc[name, "p"]),
-                "elpd_diff": float(table.loc[name, "elpd_diff"]),
-                "dse": float(table.loc[name, "dse"]),
-                "cells_pareto_k_over_0.7": int(np.sum(k > 0.7)),
-                "cells": int(k.size),
-            }
-        )
-    return rows
 
 
 def _print_checked(row: dict[str, Any]) -> None:

@@ -371,3 +371,30 @@ def compare_loo(elpd: dict[str, Any]) -> pd.DataFrame:
         table = azs.compare(elpd, round_to="none")
     _log_pareto(caught)
     return table
+
+
+def loo_rows(elpd: dict[str, Any], *, key: str = "model") -> list[dict[str, Any]]:
+    """:func:`compare_loo` of :func:`loo` results as rows, best first.
+
+    Each row: the fit's name (under ``key``), ``elpd_loo``, ``se``, ``p_loo``,
+    ``elpd_diff`` and ``dse`` (to the best fit), its cells with Pareto k above
+    0.7 and above 1, and its number of cells.
+    """
+    table = compare_loo(elpd)
+    rows = []
+    for name in table.index:
+        k = np.asarray(elpd[name].pareto_k)
+        rows.append(
+            {
+                key: name,
+                "elpd_loo": float(table.loc[name, "elpd"]),
+                "se": float(table.loc[name, "se"]),
+                "p_loo": float(table.loc[name, "p"]),
+                "elpd_diff": float(table.loc[name, "elpd_diff"]),
+                "dse": float(table.loc[name, "dse"]),
+                "cells_pareto_k_over_0.7": int(np.sum(k > 0.7)),
+                "cells_pareto_k_over_1": int(np.sum(k > 1.0)),
+                "cells": int(k.size),
+            }
+        )
+    return rows
