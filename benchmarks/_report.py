@@ -8,6 +8,7 @@ from overwriting each other's sections.
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import fcntl
 import json
@@ -153,4 +154,22 @@ def fit_cells(r: dict) -> str:
         f"{r['wall_s']:.0f} | {r['max_rhat']:.4f} | {r['min_ess_bulk']:.0f} "
         f"| {r['min_ess_tail']:.0f} | {r['divergences']} | {r['mean_tree_size']:.1f} "
         f"| {r['ok']} | {r['worst_rhat']} | {r['worst_ess_bulk']} | {r['load']:.1f}"
+    )
+
+
+def check_names(
+    parser: argparse.ArgumentParser, kind: str, names: Sequence[str], known: Sequence[str]
+) -> None:
+    """Exit through ``parser.error`` at the first of ``names`` not in ``known``."""
+    for name in names:
+        if name not in known:
+            parser.error(f"unknown {kind} {name!r}; known: {list(known)}")
+
+
+def rows_note(saved: Sequence[dict]) -> str:
+    """What a study's ``load`` column means, and the runs its saved rows come from."""
+    runs = sorted({(r["date"], r["commit"]) for r in saved})
+    return (
+        "`load` = the 1-minute load average at the row's start (2 shared cores: wall times "
+        "inflate with load). Rows from " + "; ".join(f"{d} (commit {c})" for d, c in runs) + "."
     )

@@ -49,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import FIT_HEADER, fit_cells, last_run, run_rows, write_section
+from _report import FIT_HEADER, check_names, fit_cells, last_run, rows_note, run_rows, write_section
 
 HERE = Path(__file__).resolve().parent
 GPQA = HERE.parent.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
@@ -164,15 +164,11 @@ def main() -> int:
     designs = [d for d in args.designs.split(",") if d]
     variants = [v for v in args.variants.split(",") if v]
     seeds = [int(s) for s in args.seeds.split(",") if s]
-    for name in designs:
-        if name not in DESIGNS:
-            parser.error(f"unknown design {name!r}; known: {list(DESIGNS)}")
-        if DESIGNS[name] is None and not GPQA.exists():
-            print(f"{GPQA} not present; drop the design 'gpqa'", file=sys.stderr)
-            return 1
-    for name in variants:
-        if name not in VARIANTS:
-            parser.error(f"unknown variant {name!r}; known: {list(VARIANTS)}")
+    check_names(parser, "design", designs, list(DESIGNS))
+    check_names(parser, "variant", variants, list(VARIANTS))
+    if any(DESIGNS[name] is None for name in designs) and not GPQA.exists():
+        print(f"{GPQA} not present; drop the design 'gpqa'", file=sys.stderr)
+        return 1
     jobs = [[d, v, str(seed)] for seed in seeds for d in designs for v in variants]
     saved = run_rows(__file__, jobs, lambda r: (r["design"], r["variant"], r["seed"]), RESULTS)
     if saved is None:
@@ -184,17 +180,13 @@ def main() -> int:
 
 def report(saved: list[dict]) -> None:
     """Write the section from every saved row."""
-    runs = sorted({(r["date"], r["commit"]) for r in saved})
     setup = (
         "3PL NUTS, 2 chains x (1000 tune + 1000 draws), one fresh process per row; fit s = "
         "the fit call (build, compile, sampling). Simulated designs are drawn from the "
         "3PL with floors 1/K, which the fit fixes at the truth; `gpqa` is the real "
         "matrix (floors 1/4). Variants: `decoupled` = centered items, `decoupled-nc` = "
         "non-centered items (both lognormal prior); `-tn` = the truncated-normal prior, "
-        "centered. `load` = the 1-minute load average at the row's start (2 shared "
-        "cores: wall times inflate with load). Rows from "
-        + "; ".join(f"{d} (commit {c})" for d, c in runs)
-        + "."
+        "centered. " + rows_note(saved)
     )
     write_section(
         "study_3pl_parameterization",

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import FIT_HEADER, fit_cells, last_run, run_rows, write_section
+from _report import FIT_HEADER, check_names, fit_cells, last_run, rows_note, run_rows, write_section
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "predictaboard-oll-v2"
@@ -112,15 +112,12 @@ def main() -> int:
         return 0
     datasets = [d for d in args.data.split(",") if d]
     variants = [v for v in args.variants.split(",") if v]
+    check_names(parser, "data", datasets, list(DATASETS))
+    check_names(parser, "variant", variants, list(VARIANTS))
     for name in datasets:
-        if name not in DATASETS:
-            parser.error(f"unknown data {name!r}; known: {list(DATASETS)}")
         if not (DATA / f"{name}.csv").exists():
             print(f"{DATA / name}.csv not present; nothing to study", file=sys.stderr)
             return 1
-    for name in variants:
-        if name not in VARIANTS:
-            parser.error(f"unknown variant {name!r}; known: {list(VARIANTS)}")
     jobs = [[d, v, "--seed", str(args.seed)] for d in datasets for v in variants]
     saved = run_rows(__file__, jobs, lambda r: (r["data"], r["variant"], r["seed"]), RESULTS)
     if saved is None:
@@ -132,15 +129,12 @@ def main() -> int:
 
 def report(saved: list[dict]) -> None:
     """Write the section from every saved row."""
-    runs = sorted({(r["date"], r["commit"]) for r in saved})
     setup = (
         "2PL NUTS, 2 chains x (1000 tune + 1000 draws), one fresh process per row; fit s = "
         "the fit call (build, compile, sampling). Variants: `decoupled-nc` = what "
         "`parameterization='auto'` samples below `CENTERED_MIN_LLMS` llms (lognormal "
         "prior, non-centered items); `decoupled` = the centered form used from that many "
-        "llms on; `-tn` = the truncated-normal discrimination prior. `load` = the 1-minute "
-        "load average at the row's start (2 shared cores: wall times inflate with load). "
-        "Rows from " + "; ".join(f"{d} (commit {c})" for d, c in runs) + "."
+        "llms on; `-tn` = the truncated-normal discrimination prior. " + rows_note(saved)
     )
     reading = (
         "Reading: below 100 llms no variant converges on every matrix. The centered "
