@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 REPORT = Path(__file__).resolve().parent / "README.md"
 HEADER = """# Benchmark report
@@ -146,6 +147,32 @@ FIT_HEADER = (
     "fit s | max R-hat | min bulk ESS | min tail ESS | divergences | steps/draw | converged "
     "| worst R-hat at | lowest bulk ESS at | load"
 )
+
+
+def nuts_row(model: Any, seed: int, parameterization: str) -> tuple[Any, dict]:
+    """Fit ``model`` (an ``IRTModel``) by NUTS, 2 x (1000 + 1000); the fit and its row figures.
+
+    The row: ``wall_s`` (the fit call: build, compile, sampling) and the
+    diagnostics that :func:`fit_cells` shows. Convergence warnings are silenced:
+    the row reports what they would say.
+    """
+    import warnings
+
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = model.fit(
+            "nuts",
+            chains=2,
+            draws=1000,
+            tune=1000,
+            random_seed=seed,
+            progressbar=False,
+            parameterization=parameterization,
+        )
+    wall = time.perf_counter() - t
+    assert fit.diagnostics is not None
+    return fit, {"wall_s": wall, **fit.diagnostics.to_dict()}
 
 
 def fit_cells(r: dict) -> str:

@@ -44,12 +44,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import FIT_HEADER, check_names, fit_cells, last_run, rows_note, run_rows, write_section
+from _report import (
+    FIT_HEADER,
+    check_names,
+    fit_cells,
+    last_run,
+    nuts_row,
+    rows_note,
+    run_rows,
+    write_section,
+)
 
 HERE = Path(__file__).resolve().parent
 GPQA = HERE.parent.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
@@ -87,8 +95,6 @@ def data(design: str, seed: int) -> tuple:
 
 def one(design: str, variant: str, seed: int) -> dict:
     """Fit one (design, variant, seed) in this process; the row of the report."""
-    import warnings
-
     import numpy as np
 
     from bayes_microbench.irt import IRTModel
@@ -98,21 +104,7 @@ def one(design: str, variant: str, seed: int) -> dict:
     config = {"discrimination_prior": prior}
     if DESIGNS[design] is None:
         config["n_options"] = 4
-    model = IRTModel(resp, "3pl", config=config)
-    t = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the row reports what the warning would say
-        fit = model.fit(
-            "nuts",
-            chains=2,
-            draws=1000,
-            tune=1000,
-            random_seed=seed,
-            progressbar=False,
-            parameterization=parameterization,
-        )
-    wall = time.perf_counter() - t
-    assert fit.diagnostics is not None
+    fit, figures = nuts_row(IRTModel(resp, "3pl", config=config), seed, parameterization)
     corr = None
     if ability is not None:
         mean = fit.posterior["ability"].mean(("chain", "draw")).to_numpy()
@@ -123,9 +115,8 @@ def one(design: str, variant: str, seed: int) -> dict:
         "accuracy": float(np.nanmean(resp.values)),
         "variant": variant,
         "seed": seed,
-        "wall_s": wall,
         "ability_corr": corr,
-        **fit.diagnostics.to_dict(),
+        **figures,
     }
 
 

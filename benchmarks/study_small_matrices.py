@@ -30,12 +30,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import FIT_HEADER, check_names, fit_cells, last_run, rows_note, run_rows, write_section
+from _report import (
+    FIT_HEADER,
+    check_names,
+    fit_cells,
+    last_run,
+    nuts_row,
+    rows_note,
+    run_rows,
+    write_section,
+)
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "predictaboard-oll-v2"
@@ -52,35 +60,19 @@ VARIANTS = {
 
 def one(data: str, variant: str, seed: int) -> dict:
     """Fit one (data, variant) in this process; the row of the report."""
-    import warnings
-
     from bayes_microbench import load_responses
     from bayes_microbench.irt import IRTModel
 
     parameterization, prior = VARIANTS[variant]
     resp = load_responses(str(DATA / f"{data}.csv"))
     model = IRTModel(resp, "2pl", config={"discrimination_prior": prior})
-    t = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the row reports what the warning would say
-        fit = model.fit(
-            "nuts",
-            chains=2,
-            draws=1000,
-            tune=1000,
-            random_seed=seed,
-            progressbar=False,
-            parameterization=parameterization,
-        )
-    wall = time.perf_counter() - t
-    assert fit.diagnostics is not None
+    _, figures = nuts_row(model, seed, parameterization)
     return {
         "data": data,
         "shape": f"{resp.n_llms} x {resp.n_items}",
         "variant": variant,
         "seed": seed,
-        "wall_s": wall,
-        **fit.diagnostics.to_dict(),
+        **figures,
     }
 
 
