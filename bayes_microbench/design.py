@@ -65,6 +65,7 @@ posterior-mean estimator linearized at the population centre (see
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -306,9 +307,23 @@ def _half_steps(design: Design) -> np.ndarray:
 
 
 def _curves(
-    draws: ItemDraws, design: Design, gaps: np.ndarray, progress: Callable[[int], None] | None
+    draws: ItemDraws,
+    design: Design,
+    gaps: np.ndarray,
+    progress: Callable[[int], None] | None,
+    monotone: bool = True,
 ) -> np.ndarray:
-    """P(correct | gap) for every draw and size: (S, D, G), monotone in the gap."""
+    """P(correct | gap) for every draw and size: (S, D, G).
+
+    A gap that the population cannot produce under a draw (no pair of its llms
+    is that far apart: the quadrature has no mass there) is NaN for that draw,
+    never 0 and never the value of a smaller gap: the probability is undefined
+    there. ``monotone`` takes the running maximum over the gap grid (on the
+    defined gaps only), which makes "the smallest gap that reaches a threshold"
+    well defined on a fine grid; :func:`plan` evaluates each gap on its own
+    (``monotone=False``) so that a gap's answer does not depend on the other
+    gaps asked.
+    """
     out = np.empty((draws.n_draws, len(design.sizes), len(gaps)))
     half = _half_steps(design)
     for start in range(0, draws.n_draws, _CHUNK):  # memory bound; each chunk is vectorized
@@ -316,8 +331,11 @@ def _curves(
         out[rows] = _curves_chunk(draws, rows, design.weights(rows), gaps, half)
         if progress is not None:
             progress(len(rows))
-    out = np.nan_to_num(out, nan=0.0)
-    return np.maximum.accumulate(out, axis=2)
+    if not monotone:
+        return out
+    undefined = np.isnan(out)
+    running = np.maximum.accumulate(np.where(undefined, -np.inf, out), axis=2)
+    return np.where(undefined, np.nan, running)
 
 
 def _reference_curves_loop(draws: ItemDraws, design: Design, gaps: np.ndarray) -> np.ndarray:
@@ -493,7 +511,8 @@ def design_curves(
     if progressbar:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=draws.n_draws, desc=f"design {design.label}", unit="draw")
+        # disable=None: tqdm turns itself off when stderr is not a terminal (a log, a pipe)
+        bar = tqdm(total=draws.n_draws, desc=f"design {design.label}", unit="draw", disable=None)
     try:
         curves = _curves(draws, design, gap_grid, bar.update if bar is not None else None)
     finally:
@@ -513,19 +532,28 @@ def _summarize(
     n_chain = len(np.unique(draws.chain))
     n_per = draws.n_draws // n_chain
     shape = (n_chain, n_per, len(design.sizes), len(gaps))
-    mean_curve = curves.mean(axis=0)
+    # a gap some draws do not produce (NaN there) is averaged over the draws that do
+    defined = np.isfinite(curves)
+    count = defined.sum(axis=0)
+    mean_curve = np.where(count > 0, np.where(defined, curves, 0.0).sum(axis=0), np.nan)
+    mean_curve = mean_curve / np.maximum(count, 1)
     per_draw = mdad_from_curves(curves, gaps, thr)
     point = mdad_from_curves(mean_curve, gaps, thr)
     attrs = {"ci_kind": "eti", "ci_prob": ci}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN gaps stay NaN
+        band = np.stack(
+            [
+                np.nanquantile(curves, (1 - ci) / 2, axis=0, method="lower"),
+                np.nanquantile(curves, (1 + ci) / 2, axis=0, method="higher"),
+            ],
+            axis=-1,
+        )
     return xr.Dataset(
         {
             "p_correct": (("chain", "draw", "n_items", "gap"), curves.reshape(shape)),
             "p_correct_mean": (("n_items", "gap"), mean_curve),
-            "p_correct_band": (
-                ("n_items", "gap", "ci_bound"),
-                _quantiles(curves, ci),
-                attrs,
-            ),
+            "p_correct_band": (("n_items", "gap", "ci_bound"), band, attrs),
             "mdad": ("n_items", point),
             "mdad_interval": (("n_items", "ci_bound"), _quantiles(per_draw, ci), attrs),
             "mdad_draws": (("chain", "draw", "n_items"), per_draw.reshape(shape[:3])),
@@ -635,7 +663,11 @@ def selector_design(
         src = real if real is not None else simulate_source(draws, n_source, rng)[0]
         prepared = selector.prepare(src, codes, None, rng)
         for d, n in enumerate(sizes_t):
-            sel = prepared.select(n, rng)
+            # each size its own stream: a size's selection does not depend on the others asked
+            size_rng = np.random.default_rng(
+                np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, n))
+            )
+            sel = prepared.select(n, size_rng)
             w = np.asarray(sel.weights, dtype=np.float64)
             if not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
                 raise RuntimeError(f"selector {name!r} returned invalid weights for n={n}")
@@ -654,6 +686,25 @@ def _selector_instance(name: str, draws: ItemDraws) -> Any:
 
 
 # ----------------------------------------------------------------- planning
+#: :func:`plan` evaluates every whole size from 2 to N when N - 1 is at most this many,
+#: else this many sizes on a geometric grid (and N itself).
+MAX_PLAN_SIZES = 500
+_PLAN_BLOCK = 100  # sizes per design block (bounds the weights' memory: draws x N x block)
+
+
+def plan_sizes(n_bench: int, max_sizes: int = MAX_PLAN_SIZES) -> np.ndarray:
+    """The subset sizes :func:`plan` evaluates: every whole size 2..N, or a geometric grid.
+
+    One grid for every gap, fixed by ``n_bench`` alone, so that a gap's answer
+    never depends on which other gaps (or which ``delta``) were asked.
+    """
+    max_sizes = check_positive_int(max_sizes, "max_sizes", minimum=2)
+    if n_bench - 1 <= max_sizes:
+        return np.arange(min(2, n_bench), n_bench + 1)
+    grid = np.unique(np.round(np.geomspace(2, n_bench, max_sizes)).astype(int))
+    return np.unique(np.append(grid, n_bench))
+
+
 def plan(
     posterior: Any,
     delta: float,
@@ -664,17 +715,50 @@ def plan(
     items: Sequence[str] | None = None,
     ci_prob: float | None = None,
     max_draws: int | None = DEFAULT_MAX_DRAWS,
-    n_sizes: int = 40,
+    max_sizes: int = MAX_PLAN_SIZES,
     random_seed: int | None = 0,
     draws: ItemDraws | None = None,
 ) -> xr.Dataset:
     """Smallest subset size that ranks a pair ``delta`` points apart correctly with ``prob``.
 
     For each gap (``delta`` and ``table_gaps``) and each posterior draw, the
-    smallest size on a grid of sizes whose P(correct ranking) reaches
-    ``prob``; the point value uses the posterior-mean curve, the interval the
-    per-draw sizes. The size grid is geometric (``n_sizes`` sizes from 2 to N)
-    and then refined to every whole size around ``delta``'s answer.
+    smallest size on one fixed grid of sizes (:func:`plan_sizes`: every whole
+    size up to N for benchmarks of up to ``max_sizes`` + 1 items) whose
+    P(correct ranking) reaches ``prob``; the point value uses the posterior-mean
+    curve, the interval the per-draw sizes. Each gap is evaluated on its own
+    (no running maximum across the gaps asked) and the grid depends only on N,
+    so a gap's row is the same whatever ``delta`` (same seed).
+
+    A gap that the population cannot produce under a posterior draw (no pair of
+    its llms is that far apart; e.g. 60 points on GPQA) has no P(correct)
+    there: such draws are left out of that gap's answer, and a gap no draw
+    produces is reported as such (``producible`` 0, ``n_required`` NaN), never
+    as 0 items or as a smaller gap's answer.
+
+    Parameters
+    ----------
+    posterior
+        An item posterior (see :func:`bayes_microbench.scoring.item_draws`).
+    delta
+        The gap in points, in (0, 100].
+    prob
+        Required P(correct ranking), in (0.5, 1).
+    selector
+        ``"random"`` or any registered selector (run once per size).
+    table_gaps
+        Further gaps reported beside ``delta``.
+    items
+        The full benchmark (default: every item of the posterior).
+    ci_prob
+        Interval probability (default :data:`DEFAULT_CI_PROB`).
+    max_draws
+        Posterior draws used.
+    max_sizes
+        Largest number of sizes evaluated (see :func:`plan_sizes`).
+    random_seed
+        Seed; the same seed gives identical outputs.
+    draws
+        Precomputed item draws (skips extraction).
 
     Returns
     -------
@@ -682,7 +766,9 @@ def plan(
         ``n_required`` (gap), ``n_required_interval`` (gap, ci_bound),
         ``p_correct_at_n`` (gap): the mean-curve probability at that size;
         ``reached`` (gap): False when even the full benchmark does not reach
-        ``prob`` (then the values are ``inf``).
+        ``prob`` (values ``inf``) or the gap is not produced (values NaN);
+        ``producible`` (gap): the share of posterior draws under which the
+        population produces pairs that far apart.
     """
     ci = DEFAULT_CI_PROB if ci_prob is None else check_probability(ci_prob, "ci_prob")
     p_thr = check_probability(prob, "prob", open_low=0.5)
@@ -695,44 +781,39 @@ def plan(
         draws = draws.subset(draws.index_of(list(items), where="benchmark items"))
     n_b = draws.n_items
     gaps = np.unique(np.asarray([d, *[float(g) for g in table_gaps]], dtype=np.float64))
-    coarse = np.unique(np.round(np.geomspace(2, n_b, n_sizes)).astype(int))
-    coarse = np.unique(np.append(coarse, n_b))
-
-    def run(sizes: np.ndarray) -> np.ndarray:
-        design = _plan_design(draws, selector, sizes, random_seed)
-        return _curves(draws, design, gaps, None)  # (S, D, G)
-
-    curves = run(coarse)
-    sizes_all = coarse
-    # refine around delta's per-draw answers
-    k = int(np.nonzero(gaps == d)[0][0])
-    need = _smallest_size(curves[:, :, k], coarse, p_thr)
-    finite = need[np.isfinite(need)]
-    if finite.size:
-        lo_i = max(0, int(np.searchsorted(coarse, finite.min())) - 1)
-        hi_i = min(len(coarse) - 1, int(np.searchsorted(coarse, finite.max())))
-        fine = np.arange(coarse[lo_i], coarse[hi_i] + 1)
-        if len(fine) > 120:
-            fine = np.unique(np.round(np.linspace(coarse[lo_i], coarse[hi_i], 120)).astype(int))
-        extra = np.setdiff1d(fine, coarse)
-        if extra.size:
-            more = run(extra)
-            sizes_all = np.concatenate([coarse, extra])
-            order = np.argsort(sizes_all)
-            sizes_all = sizes_all[order]
-            curves = np.concatenate([curves, more], axis=1)[:, order]
-    mean = curves.mean(axis=0)  # (D, G)
-    n_point = _smallest_size(mean.T, sizes_all, p_thr)  # (G,)
-    per_draw = _smallest_size(curves.transpose(0, 2, 1), sizes_all, p_thr)  # (S, G)
-    pos = np.searchsorted(sizes_all, np.where(np.isfinite(n_point), n_point, sizes_all[-1]))
-    at_n = mean[pos, np.arange(len(gaps))]
+    if (gaps <= 0).any() or (gaps > 100).any():
+        raise UserInputError(f"table_gaps must lie in (0, 100] points, got {preview(gaps)}")
+    sizes = plan_sizes(n_b, max_sizes)
+    blocks = [sizes[k : k + _PLAN_BLOCK] for k in range(0, len(sizes), _PLAN_BLOCK)]
+    curves = np.concatenate(
+        [
+            _curves(draws, _plan_design(draws, selector, b, random_seed), gaps, None, False)
+            for b in blocks
+        ],
+        axis=1,
+    )  # (S, D, G); NaN where a draw does not produce the gap
+    defined = np.isfinite(curves[:, 0, :])  # (S, G): the same for every size
+    share = defined.mean(axis=0)
+    with np.errstate(invalid="ignore"):
+        count = defined.sum(axis=0)
+        mean = np.where(count > 0, np.nansum(curves, axis=0) / np.maximum(count, 1), np.nan)
+    n_point = _smallest_size(mean.T, sizes, p_thr)  # (G,)
+    per_draw = _smallest_size(curves.transpose(0, 2, 1), sizes, p_thr)  # (S, G)
+    interval = np.full((len(gaps), 2), np.nan)
+    for g in range(len(gaps)):
+        if count[g]:
+            interval[g] = _quantiles(per_draw[defined[:, g], g], ci)
+    n_point = np.where(count > 0, n_point, np.nan)
+    pos = np.searchsorted(sizes, np.where(np.isfinite(n_point), n_point, sizes[-1]))
+    at_n = mean[np.minimum(pos, len(sizes) - 1), np.arange(len(gaps))]
     attrs = {"ci_kind": "eti", "ci_prob": ci}
     return xr.Dataset(
         {
             "n_required": ("gap", n_point),
-            "n_required_interval": (("gap", "ci_bound"), _quantiles(per_draw, ci), attrs),
+            "n_required_interval": (("gap", "ci_bound"), interval, attrs),
             "p_correct_at_n": ("gap", at_n),
             "reached": ("gap", np.isfinite(n_point)),
+            "producible": ("gap", share),
         },
         coords={"gap": gaps, "ci_bound": ["lower", "upper"], "selector": selector},
         attrs={
@@ -740,7 +821,7 @@ def plan(
             "delta": d,
             "ci_prob": ci,
             "n_benchmark_items": n_b,
-            "sizes_evaluated": len(sizes_all),
+            "sizes_evaluated": len(sizes),
         },
     )
 

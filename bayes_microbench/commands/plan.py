@@ -20,14 +20,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
     )
     p.add_argument("--posterior", required=True, metavar="PATH", help="saved posterior (.nc)")
-    p.add_argument("--delta", type=float, default=2.0, help="accuracy gap in points (default 2)")
-    p.add_argument("--prob", type=float, default=0.8, help="required P(correct) (default 0.8)")
+    p.add_argument("--delta", type=GAP_POINTS, default=2.0, help="accuracy gap in points (default 2)")
+    p.add_argument("--prob", type=PROBABILITY, default=0.8, help="required P(correct) (default 0.8)")
     p.add_argument(
         "--selector", default="random", help="random (default), bayes-ranking or any selector"
     )
-    p.add_argument("--ci-prob", type=float, default=None, help="interval probability (default 0.9)")
+    p.add_argument("--ci-prob", type=PROBABILITY, default=None, help="interval probability (default 0.9)")
     p.add_argument(
-        "--max-draws", type=int, default=1000, help="posterior draws used (default 1000)"
+        "--max-draws", type=POSITIVE_INT, default=1000, help="posterior draws used (default 1000)"
     )
     add_seed(p)
     add_output_flags(p)
@@ -35,7 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _fmt(v: float) -> str:
+    if v != v:  # NaN: a gap the population does not produce
+        return "-"
     return "more than all" if v == float("inf") else f"{v:.0f}"
+
+
+def _number(v: float) -> float | None:
+    """JSON value of a size: ``None`` for not reached (inf) or not produced (NaN)."""
+    return None if v != v or v == float("inf") else v
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,11 +70,14 @@ def run(args: argparse.Namespace) -> int:
                 "n_items_lower": float(lo),
                 "n_items_upper": float(hi),
                 "reached": bool(res["reached"][k]),
+                "producible": round(float(res["producible"][k]), 6),
             }
         )
     main = next(r for r in rows if r["gap"] == float(args.delta))
     if args.json:
-        clean = [{k: (None if v == float("inf") else v) for k, v in r.items()} for r in rows]
+        clean = [
+            {k: (_number(v) if k.startswith("n_items") else v) for k, v in r.items()} for r in rows
+        ]
         print_json(
             {
                 "delta": float(args.delta),
@@ -75,28 +85,36 @@ def run(args: argparse.Namespace) -> int:
                 "selector": args.selector,
                 "ci_prob": ci,
                 "n_benchmark_items": int(res.attrs["n_benchmark_items"]),
-                "n_items": None if main["n_items"] == float("inf") else main["n_items"],
-                "n_items_lower": None
-                if main["n_items_lower"] == float("inf")
-                else main["n_items_lower"],
-                "n_items_upper": None
-                if main["n_items_upper"] == float("inf")
-                else main["n_items_upper"],
+                "n_items": _number(main["n_items"]),
+                "n_items_lower": _number(main["n_items_lower"]),
+                "n_items_upper": _number(main["n_items_upper"]),
+                "producible": main["producible"],
                 "table": clean,
             }
         )
         return 0
     n_b = int(res.attrs["n_benchmark_items"])
-    print(
-        f"{args.selector}: to rank a pair {args.delta:g} points apart correctly with "
-        f"P >= {args.prob:g}: n = {_fmt(main['n_items'])} items "
-        f"[{_fmt(main['n_items_lower'])}, {_fmt(main['n_items_upper'])}] ({ci:.0%} interval; "
-        f"benchmark has {n_b})"
-    )
+    if main["producible"] == 0:
+        print(
+            f"{args.selector}: the population never produces a pair {args.delta:g} points "
+            f"apart (under none of the posterior draws): no subset size applies; ask a "
+            f"smaller --delta (benchmark has {n_b} items)"
+        )
+    else:
+        print(
+            f"{args.selector}: to rank a pair {args.delta:g} points apart correctly with "
+            f"P >= {args.prob:g}: n = {_fmt(main['n_items'])} items "
+            f"[{_fmt(main['n_items_lower'])}, {_fmt(main['n_items_upper'])}] ({ci:.0%} "
+            f"interval; benchmark has {n_b})"
+        )
     print("  gap (points)   n items   interval")
     for r in rows:
+        if r["producible"] == 0:
+            print(f"  {r['gap']:>12g}   not produced by the population")
+            continue
+        note = "" if r["producible"] == 1 else f"   (produced under {r['producible']:.0%} of draws)"
         print(
             f"  {r['gap']:>12g}   {_fmt(r['n_items']):>7}   "
-            f"[{_fmt(r['n_items_lower'])}, {_fmt(r['n_items_upper'])}]"
+            f"[{_fmt(r['n_items_lower'])}, {_fmt(r['n_items_upper'])}]{note}"
         )
     return 0
