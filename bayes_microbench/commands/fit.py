@@ -142,7 +142,9 @@ def run(args: argparse.Namespace) -> int:
             parameterization=args.parameterization,
         )
     diag = model.diagnostics
-    converged = diag is None or diag.ok
+    # NUTS: the diagnostics; an approximation: its optimizer (MAP's L-BFGS-B, ADVI's schedule)
+    converged = model.converged is not False
+    problems = model.convergence_problems()
     written = converged or args.allow_unconverged
     if written:
         model.save(out, items_only=args.items_only, thin=args.thin)
@@ -154,13 +156,13 @@ def run(args: argparse.Namespace) -> int:
         "n_llms": model.data.n_llms,
         "n_items": model.data.n_items,
         "wall_seconds": round(float(model.wall_seconds or 0.0), 3),
-        "converged": converged if diag is not None else None,
+        "converged": model.converged,
         "max_rhat": diag.max_rhat if diag else None,
         "min_ess_bulk": diag.min_ess_bulk if diag else None,
         "min_ess_tail": diag.min_ess_tail if diag else None,
         "divergences": diag.divergences if diag else None,
         "min_bfmi": diag.min_bfmi if diag else None,
-        "problems": diag.problems if diag else [],
+        "problems": problems,
         "output": str(out) if written else None,
         "notes": model.data.notes,
         "fit_info": model.fit_info,
@@ -179,19 +181,24 @@ def run(args: argparse.Namespace) -> int:
         if written:
             print(f"  posterior written to {out}")
     if not converged:
+        remedy = "more --tune/--draws" if diag is not None else "--method nuts"
         action = (
             f"written anyway to {out} (--allow-unconverged)"
             if written
-            else "not written; rerun with more --tune/--draws, or pass --allow-unconverged"
+            else f"not written; rerun with {remedy}, or pass --allow-unconverged"
         )
-        hint = model.convergence_hint(
-            "where many items do not discriminate (GPQA) --discrimination-prior "
-            "truncated-normal samples faster and converges more often",
-            SMALL_MATRIX_HINT.format(centered="--parameterization decoupled"),
+        hint = (
+            model.convergence_hint(
+                "where many items do not discriminate (GPQA) --discrimination-prior "
+                "truncated-normal samples faster and converges more often",
+                SMALL_MATRIX_HINT.format(centered="--parameterization decoupled"),
+            )
+            if diag is not None
+            else ""
         )
         print(
-            f"bayes-microbench: {'warning' if written else 'error'}: the fit did not converge "
-            f"({diag.reason() if diag else ''}); posterior {action}"
+            f"bayes-microbench: {'warning' if written else 'error'}: the {args.method} fit did "
+            f"not converge ({'; '.join(problems)}); posterior {action}"
             + (f"; {hint}" if hint else ""),
             file=sys.stderr,
         )
