@@ -179,6 +179,8 @@ def laplace(
     info = {
         "optimizer_converged": bool(res.success),
         "optimizer_iterations": int(res.nit),
+        "converged": bool(res.success),
+        "optimizer_message": str(res.message),
         "n_params": d,
         "min_hessian_eigenvalue": float(eigval[0]),
         "logp_evaluations": density.n_evals,
@@ -303,6 +305,8 @@ def pathfinder(
         "chosen_iteration": int(k),
         "path_length": len(xs),
         "optimizer_converged": bool(res.success),
+        "converged": bool(res.success),
+        "optimizer_message": str(res.message),
         "logp_evaluations": density.n_evals,
     }
     return density.constrained(sample), info

@@ -143,6 +143,7 @@ class FittedIRT:
             self.diagnostics: ConvergenceSummary | None = ConvergenceSummary(**diag)
         else:
             self.diagnostics = None
+        self.fit_info: dict[str, Any] = json.loads(attrs.get("fit_info_json", "{}") or "{}")
         self.notes: dict[str, list[str]] = json.loads(attrs.get("notes_json", "{}") or "{}")
         self.items_only = bool(int(attrs.get("items_only", 0)))
         self.package_version = str(attrs.get("package_version", ""))
@@ -158,7 +159,22 @@ class FittedIRT:
 
     @property
     def converged(self) -> bool | None:
-        return None if self.diagnostics is None else self.diagnostics.ok
+        """NUTS: the saved diagnostics' verdict; an approximation: its optimizer's.
+
+        ``None`` when the file records neither (an artifact older than the optimizer flag).
+        """
+        if self.diagnostics is not None:
+            return self.diagnostics.ok
+        flag = self.fit_info.get("converged")
+        return None if flag is None else bool(flag)
+
+    def convergence_problems(self) -> list[str]:
+        """The failed checks of an unconverged fit, one phrase each (empty otherwise)."""
+        if self.diagnostics is not None:
+            return list(self.diagnostics.problems)
+        if self.fit_info.get("converged") is False:
+            return [f"optimizer: {self.fit_info.get('optimizer_message', 'did not converge')}"]
+        return []
 
     def item_embeddings(self) -> xr.DataArray:
         """Posterior-mean loadings ``(item, dim)`` of a ``2pl-md`` posterior.
@@ -199,15 +215,25 @@ def load_posterior(
     from .. import __version__
 
     p = Path(path)
+    if p.is_dir():
+        raise IncompatibleArtifactError(
+            f"{p}: is a folder, not a posterior file; give the .nc file that "
+            "'bayes-microbench fit --output' wrote (e.g. models/gpqa-2pl.nc)"
+        )
     if not p.exists():
-        raise IncompatibleArtifactError(f"{p}: no such file")
+        raise IncompatibleArtifactError(
+            f"{p}: no such posterior file; fit one with 'bayes-microbench fit --output {p}'"
+        )
     try:
         tree = xr.open_datatree(p, engine=_engine())
         tree.load()
         tree.close()
     except (OSError, ValueError) as err:
         raise IncompatibleArtifactError(
-            f"{p}: not a readable NetCDF posterior ({type(err).__name__})"
+            f"{p}: cannot be read as a NetCDF posterior ({type(err).__name__}): the file is "
+            "damaged (e.g. a truncated copy) or not a posterior written by this tool; write "
+            "it again with 'bayes-microbench fit --output', or for models/*.nc rebuild it "
+            "with 'python -m bayes_microbench.irt.build_models'"
         ) from None
     attrs = tree.attrs
     if "config_json" not in attrs or "format_version" not in attrs:

@@ -21,7 +21,7 @@ import numpy as np
 import xarray as xr
 
 from .._validate import check_positive_int
-from ..exceptions import ConfigurationError
+from ..exceptions import ConfigurationError, ConvergenceWarning
 from ..responses import Responses
 from .config import BACKENDS, METHODS, IRTConfig, SamplerConfig
 from .data import IRTData
@@ -43,6 +43,9 @@ ADAPTATIONS = ("auto", "draw_diag", "diag", "low_rank")
 
 #: Laplace builds a dense Hessian; above this many unconstrained parameters use ADVI.
 LAPLACE_MAX_DIM = 6000
+#: L-BFGS-B iteration limits of the optimizer-based methods (scipy's own default for
+#: ``map``; the limits ``laplace`` and ``pathfinder`` always had).
+OPTIMIZER_ITERATIONS = {"map": 15000, "laplace": 5000, "pathfinder": 1000}
 
 
 class IRTModel:
@@ -265,6 +268,7 @@ class IRTModel:
         parameterization: str = "auto",
         advi_iterations: int = 30000,
         adaptation: str = "auto",
+        optimizer_iterations: int | None = None,
     ) -> IRTModel:
         """Fit the model; return ``self`` with :attr:`idata` and :attr:`posterior` attached.
 
@@ -300,6 +304,11 @@ class IRTModel:
             and ``"textbook"`` are kept for benchmarks.
         advi_iterations
             Optimization steps of ADVI.
+        optimizer_iterations
+            Iteration limit of the L-BFGS-B optimizer behind ``"map"``,
+            ``"laplace"`` and ``"pathfinder"`` (default per
+            method: :data:`OPTIMIZER_ITERATIONS`); stopping at it, or at an abnormal
+            line search, makes the fit unconverged (:attr:`converged` False).
         adaptation
             nutpie's mass-matrix adaptation: ``"auto"`` (default):
             ``"draw_diag"`` with the ``"decoupled"`` parameterization, else
@@ -335,6 +344,12 @@ class IRTModel:
                 f"adaptation must be one of {list(ADAPTATIONS)}, got {adaptation!r}"
             )
         seed = 0 if random_seed is None else int(random_seed)
+        maxiter = check_positive_int(
+            OPTIMIZER_ITERATIONS.get(method, 1)
+            if optimizer_iterations is None
+            else optimizer_iterations,
+            "optimizer_iterations",
+        )
         sampler = SamplerConfig(
             method=method,  # type: ignore[arg-type]
             backend=backend,  # type: ignore[arg-type]
@@ -391,20 +406,35 @@ class IRTModel:
                     model, sampler, seed, progressbar=progressbar, iterations=advi_iterations
                 )
             elif method == "map":
-                raw, self.fit_info = _run_map(model, seed)
+                raw, self.fit_info = _run_map(model, seed, maxiter)
             else:
                 from .approx import laplace, pathfinder
 
                 if method == "laplace":
                     raw, self.fit_info = laplace(
-                        model, draws=draws * chains, random_seed=seed, max_dim=LAPLACE_MAX_DIM
+                        model,
+                        draws=draws * chains,
+                        random_seed=seed,
+                        max_dim=LAPLACE_MAX_DIM,
+                        maxiter=maxiter,
                     )
                 else:
-                    raw, self.fit_info = pathfinder(model, draws=draws * chains, random_seed=seed)
+                    raw, self.fit_info = pathfinder(
+                        model, draws=draws * chains, random_seed=seed, maxiter=maxiter
+                    )
         self.wall_seconds = time.perf_counter() - start
         self.parameterization = parameterization
         self.sampler = sampler
         self.idata = self._assemble(raw, sample_stats, parameterization)
+        if method != "nuts" and self.fit_info.get("converged") is False:
+            msg = (
+                f"the {method} fit did not converge: the optimizer stopped with "
+                f"{self.fit_info.get('optimizer_message', 'no message')!r}; the estimate may be "
+                "off: raise optimizer_iterations, or use method='nuts'"
+            )
+            if method != "advi":  # ADVI warns on its own (irt.approx.advi)
+                logger.warning(msg)
+                warnings.warn(msg, ConvergenceWarning, stacklevel=2)
         if method == "nuts":
             self.diagnostics = summarize(self.posterior, self.idata["sample_stats"].to_dataset())
             warn_if_unconverged(
@@ -428,8 +458,23 @@ class IRTModel:
 
     @property
     def converged(self) -> bool | None:
-        """True / False for NUTS fits; None for approximations (no diagnostics)."""
-        return None if self.diagnostics is None else self.diagnostics.ok
+        """NUTS: the diagnostics' verdict; approximations: the optimizer's (ADVI: its schedule).
+
+        ``None`` only before fitting. Why: an optimizer that stopped short (L-BFGS-B's
+        ABNORMAL line search, the iteration limit) is as unusable as an unmixed chain.
+        """
+        if self.diagnostics is not None:
+            return self.diagnostics.ok
+        flag = self.fit_info.get("converged")
+        return None if flag is None else bool(flag)
+
+    def convergence_problems(self) -> list[str]:
+        """What failed, one phrase each (empty when converged)."""
+        if self.diagnostics is not None:
+            return list(self.diagnostics.problems)
+        if self.fit_info.get("converged") is False:
+            return [f"optimizer: {self.fit_info.get('optimizer_message', 'did not converge')}"]
+        return []
 
     def _assemble(
         self, raw: dict[str, np.ndarray], sample_stats: dict[str, np.ndarray] | None, param: str
@@ -597,9 +642,28 @@ def _run_advi(
     return raw, info
 
 
-def _run_map(model: Any, seed: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def _run_map(model: Any, seed: int, maxiter: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The posterior mode by L-BFGS-B, with the optimizer's own verdict in ``converged``."""
     import pymc as pm
 
-    point = pm.find_MAP(model=model, progressbar=False, random_seed=seed)
-    raw = {rv.name: np.asarray(point[rv.name])[None, None, ...] for rv in model.free_RVs}
-    return raw, {"note": "MAP point estimate: one draw, no posterior uncertainty"}
+    with warnings.catch_warnings():
+        # the optimizer's failure is recorded in the fit info and reported by the caller
+        warnings.filterwarnings("ignore", message="The optimizer did not converge")
+        idata = pm.find_MAP(
+            model=model,
+            progressbar=False,
+            random_seed=seed,
+            jitter=False,
+            return_inferencedata=True,
+            maxiter=maxiter,
+        )
+    post = idata["posterior"]
+    raw = {rv.name: np.asarray(post[rv.name].values) for rv in model.free_RVs}
+    result = idata["optimizer_result"]
+    info = {
+        "note": "MAP point estimate: one draw, no posterior uncertainty",
+        "converged": bool(result["success"].values),
+        "optimizer_message": str(result["message"].values),
+        "optimizer_iterations": int(result["nit"].values) if "nit" in result else -1,
+    }
+    return raw, info
