@@ -48,7 +48,7 @@ def test_select_too_many_items_is_one_line_exit_2(tmp_path, capsys):
     out = tmp_path / "subset.json"
     assert main(["select", "--responses", str(path), "--n", "50", "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "larger than the 20 seen items" in err[0]
+    assert len(err) == 1 and "--n: got 50; choose 1 to 20 items" in err[0]
     assert not out.exists()
 
 

@@ -1,11 +1,115 @@
-"""Flags and output helpers shared by the sub-commands."""
+"""Flags, argument types and output helpers shared by the sub-commands.
+
+The argument types (:func:`whole_number`, :func:`number`, :data:`SEED`, ...)
+check a flag's value when the command line is parsed, so that a bad value
+stops the command before it reads, computes or writes anything, with one
+line naming the flag, the value and what it accepts.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from collections.abc import Callable
 from typing import Any
+
+from .._validate import check_output_path
+
+#: The largest count a flag accepts (draws, chains, sizes, runs ...): int32, which
+#: every array library indexes without overflow.
+MAX_COUNT = 2**31 - 1
+#: The largest seed: numpy, JAX and the samplers all take a 32-bit unsigned seed.
+MAX_SEED = 2**32 - 1
+
+
+def whole_number(minimum: int, maximum: int = MAX_COUNT) -> Callable[[str], int]:
+    """An argparse ``type=``: a whole number in ``[minimum, maximum]``.
+
+    Why: ``type=int`` lets ``--draws -5`` or ``--seed -1`` through to the
+    library, which fails later with an internal error (or after writing files).
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or not minimum <= value <= maximum:
+            big = value is not None and value > maximum
+            top = f" and at most {maximum}" if big or maximum != MAX_COUNT else ""
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number of at least {minimum}{top}, got {text!r}"
+            )
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def number(
+    low: float = -math.inf,
+    high: float = math.inf,
+    *,
+    open_low: bool = True,
+    open_high: bool = True,
+) -> Callable[[str], float]:
+    """An argparse ``type=``: a finite number between ``low`` and ``high``.
+
+    The bounds are excluded unless ``open_low`` / ``open_high`` is False; NaN
+    and infinities are refused. Why: ``type=float`` accepts ``nan`` and
+    ``inf``, which then pass every ``<`` check downstream.
+    """
+
+    def describe() -> str:
+        parts = []
+        if low > -math.inf:
+            parts.append(f"above {low:g}" if open_low else f"at least {low:g}")
+        if high < math.inf:
+            parts.append(f"below {high:g}" if open_high else f"at most {high:g}")
+        return "a finite number" + (" " + " and ".join(parts) if parts else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            value = math.nan
+        ok = (
+            math.isfinite(value)
+            and (value > low if open_low else value >= low)
+            and (value < high if open_high else value <= high)
+        )
+        if not ok:
+            raise argparse.ArgumentTypeError(f"expected {describe()}, got {text!r}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+#: ``--seed``: 0 to 2**32 - 1.
+SEED = whole_number(0, MAX_SEED)
+#: Counts that may be zero (``--tune``).
+NON_NEGATIVE_INT = whole_number(0)
+#: Counts of at least one (``--draws``, ``--chains``, ``--n``, ``--max-draws`` ...).
+POSITIVE_INT = whole_number(1)
+#: Probabilities strictly inside (0, 1) (``--threshold``, ``--prob``, ``--ci-prob``).
+PROBABILITY = number(0.0, 1.0)
+#: Any finite number (``import --threshold``: metric values of any scale).
+FINITE_NUMBER = number()
+#: An accuracy gap in points, in (0, 100] (``plan --delta``).
+GAP_POINTS = number(0.0, 100.0, open_high=False)
+
+
+def check_output_file(path: str, flag: str = "--output", *, suggest: str | None = None) -> None:
+    """Fail now, with one line naming ``flag``, if the output file ``path`` cannot be written."""
+    check_output_path(path, flag, folder=False, suggest=suggest)
+
+
+def check_output_folder(path: str, flag: str = "--output") -> None:
+    """Fail now, with one line naming ``flag``, if the output folder ``path`` cannot be written."""
+    check_output_path(path, flag, folder=True)
 
 
 def add_responses(
@@ -32,6 +136,7 @@ def add_responses(
 
 
 def add_output_flags(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    """``--json`` (unless ``json_flag`` is False) and ``--quiet``."""
     if json_flag:
         parser.add_argument(
             "--json", action="store_true", help="print the result as JSON on stdout"
@@ -40,8 +145,9 @@ def add_output_flags(parser: argparse.ArgumentParser, *, json_flag: bool = True)
 
 
 def add_seed(parser: argparse.ArgumentParser, default: int = 0) -> None:
+    """``--seed N``: a whole number from 0 to 2**32 - 1, checked when the line is parsed."""
     parser.add_argument(
-        "--seed", type=int, default=default, help=f"random seed (default {default})"
+        "--seed", type=SEED, default=default, help=f"random seed 0-{MAX_SEED} (default {default})"
     )
 
 

@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ._common import add_output_flags, add_seed, print_json
+from ._common import POSITIVE_INT, add_output_flags, add_seed, print_json
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("posteriors", nargs="+", metavar="POSTERIOR", help="saved posterior (.nc)")
     p.add_argument(
         "--max-draws",
-        type=int,
+        type=POSITIVE_INT,
         default=400,
         help="posterior draws used per check (default 400; LOO memory: draws x cells x 4 bytes)",
     )

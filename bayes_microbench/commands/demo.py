@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_output_flags, add_seed, print_json
+from ._common import POSITIVE_INT, add_output_flags, add_seed, check_output_folder, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="simulate a GPQA-like benchmark and fit it, instead of loading the shipped posterior",
     )
-    p.add_argument("--max-draws", type=int, default=400, help="posterior draws used (default 400)")
+    p.add_argument(
+        "--max-draws", type=POSITIVE_INT, default=400, help="posterior draws used (default 400)"
+    )
     add_seed(p)
     add_output_flags(p)
     p.set_defaults(func=run)
@@ -49,6 +51,7 @@ def _fmt(lo: float, mid: float, hi: float, unit: str = "") -> str:
 def run(args: argparse.Namespace) -> int:
     from ..demo import run_demo
 
+    check_output_folder(args.output)  # before minutes of computing
     res = run_demo(
         args.output, simulate=args.simulate, random_seed=args.seed, max_draws=args.max_draws
     )

@@ -15,7 +15,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._common import add_output_flags, add_responses, add_seed, print_json
+from ._common import (
+    POSITIVE_INT,
+    PROBABILITY,
+    add_output_flags,
+    add_responses,
+    add_seed,
+    print_json,
+    whole_number,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,8 +49,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="10,50,100,150,200,250,300",
         help="comma-separated source-llm counts (default 10,50,100,150,200,250,300)",
     )
-    p.add_argument("--target-llms", default="50", help="target llms sampled per run (default 50)")
-    p.add_argument("--runs", default="50", help="runs per cell (default 50)")
+    p.add_argument(
+        "--target-llms",
+        type=whole_number(2),
+        default="50",
+        help="target llms sampled per run (default 50)",
+    )
+    p.add_argument("--runs", type=POSITIVE_INT, default="50", help="runs per cell (default 50)")
     add_seed(p)
     p.add_argument("--output", metavar="DIR", required=True, help="output folder")
     p.add_argument(
@@ -51,7 +64,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="fixed targets: a JSON file of llm-name lists and the key of one list",
     )
-    p.add_argument("--threshold", default="0.8", help="MDAD share-correct threshold (default 0.8)")
+    p.add_argument(
+        "--threshold",
+        type=PROBABILITY,
+        default="0.8",
+        help="MDAD share-correct threshold (default 0.8)",
+    )
     p.add_argument(
         "--no-analytic",
         action="store_true",

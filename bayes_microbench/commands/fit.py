@@ -13,7 +13,16 @@ import argparse
 import sys
 import warnings
 
-from ._common import add_output_flags, add_responses, add_seed, print_json
+from ._common import (
+    NON_NEGATIVE_INT,
+    POSITIVE_INT,
+    add_output_flags,
+    add_responses,
+    add_seed,
+    check_output_file,
+    print_json,
+    whole_number,
+)
 
 EXIT_UNCONVERGED = 3
 
@@ -34,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--dims",
-        type=int,
+        type=POSITIVE_INT,
         default=None,
         metavar="D",
         help="2pl-md only: number of ability dimensions (default 2)",
@@ -45,9 +54,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="nuts",
         help="nuts (default) or a fast approximation",
     )
-    p.add_argument("--chains", type=int, default=2, help="NUTS chains (default 2)")
-    p.add_argument("--draws", type=int, default=1000, help="draws per chain (default 1000)")
-    p.add_argument("--tune", type=int, default=1000, help="NUTS tuning steps (default 1000)")
+    p.add_argument("--chains", type=POSITIVE_INT, default=2, help="NUTS chains (default 2)")
+    p.add_argument(
+        "--draws", type=POSITIVE_INT, default=1000, help="draws per chain (default 1000)"
+    )
+    p.add_argument(
+        "--tune", type=NON_NEGATIVE_INT, default=1000, help="NUTS tuning steps (default 1000)"
+    )
     p.add_argument(
         "--backend",
         choices=["nutpie", "numpyro"],
@@ -73,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--n-options",
-        type=int,
+        type=whole_number(2),
         default=None,
         help="3PL: K answer options for every item (guessing fixed at 1/K)",
     )
@@ -84,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="save only item and subtask parameters (small artifact, no abilities)",
     )
-    p.add_argument("--thin", type=int, default=1, help="keep every N-th draw (default 1)")
+    p.add_argument("--thin", type=POSITIVE_INT, default=1, help="keep every N-th draw (default 1)")
     p.add_argument(
         "--allow-unconverged",
         action="store_true",
@@ -106,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.suffix.lower() not in (".nc", ".netcdf", ".h5"):
         raise UserInputError(f"--output {out}: the posterior is NetCDF; use a .nc file name")
+    check_output_file(args.output, suggest="posterior.nc")  # before minutes of sampling
     if args.thin < 1:
         raise UserInputError(f"--thin must be at least 1, got {args.thin}")
     config: dict[str, object] = {}

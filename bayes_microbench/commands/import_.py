@@ -13,7 +13,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from ._common import add_output_flags, print_json
+from ._common import FINITE_NUMBER, NON_NEGATIVE_INT, add_output_flags, print_json
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threshold",
         metavar="T",
-        type=float,
+        type=FINITE_NUMBER,
         default=None,
         help="count metric values >= T as correct (needed for metrics other than 0/1)",
     )
@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--epoch",
         metavar="N",
-        type=int,
+        type=NON_NEGATIVE_INT,
         default=None,
         help="inspect: the epoch to import, for logs run over several",
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._common import add_output_flags, add_seed, print_json
+from ._common import POSITIVE_INT, PROBABILITY, add_output_flags, add_seed, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,8 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sizes", default=None, help="comma-separated subset sizes (default 10,25,50,100,200)"
     )
     p.add_argument("--output", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--threshold", type=float, default=0.8, help="P(correct) for MDAD (0.8)")
-    p.add_argument("--ci-prob", type=float, default=None, help="interval probability (default 0.9)")
+    p.add_argument("--threshold", type=PROBABILITY, default=0.8, help="P(correct) for MDAD (0.8)")
+    p.add_argument(
+        "--ci-prob", type=PROBABILITY, default=None, help="interval probability (default 0.9)"
+    )
     p.add_argument(
         "--source",
         metavar="PATH",
@@ -46,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="real source responses for a selector (default: a posterior-predictive population)",
     )
     p.add_argument(
-        "--max-draws", type=int, default=1000, help="posterior draws used (default 1000)"
+        "--max-draws", type=POSITIVE_INT, default=1000, help="posterior draws used (default 1000)"
     )
     add_seed(p)
     add_output_flags(p)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_output_flags, add_seed, print_json
+from ._common import GAP_POINTS, POSITIVE_INT, PROBABILITY, add_output_flags, add_seed, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,12 +20,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
     )
     p.add_argument("--posterior", required=True, metavar="PATH", help="saved posterior (.nc)")
-    p.add_argument("--delta", type=GAP_POINTS, default=2.0, help="accuracy gap in points (default 2)")
-    p.add_argument("--prob", type=PROBABILITY, default=0.8, help="required P(correct) (default 0.8)")
+    p.add_argument(
+        "--delta", type=GAP_POINTS, default=2.0, help="accuracy gap in points (default 2)"
+    )
+    p.add_argument(
+        "--prob", type=PROBABILITY, default=0.8, help="required P(correct) (default 0.8)"
+    )
     p.add_argument(
         "--selector", default="random", help="random (default), bayes-ranking or any selector"
     )
-    p.add_argument("--ci-prob", type=PROBABILITY, default=None, help="interval probability (default 0.9)")
+    p.add_argument(
+        "--ci-prob", type=PROBABILITY, default=None, help="interval probability (default 0.9)"
+    )
     p.add_argument(
         "--max-draws", type=POSITIVE_INT, default=1000, help="posterior draws used (default 1000)"
     )

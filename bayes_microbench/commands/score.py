@@ -18,7 +18,14 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_output_flags, add_responses, add_seed, print_json
+from ._common import (
+    POSITIVE_INT,
+    PROBABILITY,
+    add_output_flags,
+    add_responses,
+    add_seed,
+    print_json,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,9 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--posterior", required=True, metavar="PATH", help="saved posterior (.nc)")
     add_responses(p)
-    p.add_argument("--ci-prob", type=float, default=None, help="interval probability (default 0.9)")
     p.add_argument(
-        "--max-draws", type=int, default=1000, help="posterior draws used (default 1000)"
+        "--ci-prob", type=PROBABILITY, default=None, help="interval probability (default 0.9)"
+    )
+    p.add_argument(
+        "--max-draws", type=POSITIVE_INT, default=1000, help="posterior draws used (default 1000)"
     )
     p.add_argument(
         "--calibrate-with",

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import check_int_range, plural
 from ..exceptions import UserInputError
-from ._common import add_output_flags, add_seed, print_json
+from ._common import POSITIVE_INT, add_output_flags, add_seed, check_output_file, print_json
 
 _TASK_DOC = re.compile(r"^(?P<task>.+):(?P<doc>\d+)$")
 
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--items", metavar="PATH", default=None, help="items file for a wide --responses CSV"
     )
     p.add_argument("--selector", default="random", help="selection method (default random)")
-    p.add_argument("--n", type=int, required=True, help="number of items to choose")
+    p.add_argument("--n", type=POSITIVE_INT, required=True, help="number of items to choose")
     p.add_argument("--output", metavar="FILE", required=True, help="where to write the subset JSON")
     add_seed(p)
     add_output_flags(p)
@@ -86,11 +87,13 @@ def run(args: argparse.Namespace) -> int:
     from ..io import load_responses
     from ..selectors import get_selector
 
+    check_output_file(args.output, suggest="subset.json")
     if args.posterior is not None:
         return _run_from_posterior(args)
     if args.items is not None and args.responses is None:
         raise UserInputError("--items goes with --responses")
     resp = load_responses(args.responses, args.items)
+    _check_n(args.n, resp.n_items, f"--responses {args.responses}")
     selector = get_selector(args.selector)
     rng = np.random.default_rng(args.seed)
     prepared = selector.prepare(resp.values, resp.subtask_codes, resp.confidence, rng)
@@ -100,11 +103,25 @@ def run(args: argparse.Namespace) -> int:
     return _emit(args, str(args.responses), ids, subtasks, selection.weights, selection.info)
 
 
+def _check_n(n: int, n_items: int, source: str) -> None:
+    """``--n`` against the items the source offers, in the words of the command line."""
+    check_int_range(
+        n,
+        "--n",
+        1,
+        n_items,
+        noun="item",
+        context=f"{source} has {plural(n_items, 'item')}",
+        remedy="choose a source with items",
+    )
+
+
 def _run_from_posterior(args: argparse.Namespace) -> int:
     from ..design import select_from_posterior
     from ..scoring import read_posterior
 
     posterior = read_posterior(args.posterior)
+    _check_n(args.n, int(posterior.sizes["item"]), f"--posterior {args.posterior}")
     ids, subtasks, weights, info = select_from_posterior(
         posterior, args.selector, args.n, random_seed=args.seed
     )
