@@ -54,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..exceptions import UserInputError
     from ..io import load_responses
     from ..scoring import estimate_misfit, read_posterior, score
 
@@ -61,10 +62,15 @@ def run(args: argparse.Namespace) -> int:
     resp = load_responses(args.responses, args.items)
     misfit = None
     if args.calibrate_with is not None:
-        train = load_responses(args.calibrate_with)
+        where = f"--calibrate-with {args.calibrate_with}"
+        try:
+            train = load_responses(args.calibrate_with)
+        except UserInputError as err:
+            # the reader names the file; say which flag gave it (not --responses)
+            raise type(err)(f"{where}: {err}") from None
         n_min = int(train.observed.sum(axis=1).min())
         sizes = [n for n in (25, 50, 100, 200) if n <= n_min - 10] or [max(1, n_min // 2)]
-        misfit = estimate_misfit(posterior, train, sizes=sizes, random_seed=args.seed)
+        misfit = estimate_misfit(posterior, train, sizes=sizes, random_seed=args.seed, where=where)
     res = score(
         posterior,
         resp,
