@@ -53,6 +53,28 @@ DEFAULT_N_BOOT = 1000
 DEFAULT_CI_PROB = 0.95
 
 
+def check_threshold(value: object, name: str = "--threshold") -> float:
+    """The ranking-probability threshold of an MDAD, checked to lie strictly in (0.5, 1).
+
+    Parameters
+    ----------
+    value
+        The threshold as given (a number or its text).
+    name
+        The flag or argument to name in the error.
+
+    Returns
+    -------
+    float
+
+    Why: a coin flip ranks half the pairs correctly, so a threshold at or below
+    0.5 is met at the smallest gap and every MDAD would read 0.
+    """
+    from ._validate import check_probability
+
+    return check_probability(value, name, open_low=0.5)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class MdadResult:
     """MDAD of one set of pairs, in accuracy points (0-100).

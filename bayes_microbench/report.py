@@ -2,7 +2,10 @@
 
 The report is a list of blocks (headings, paragraphs, tables, figures)
 rendered either to Markdown (``report.md``) or to a self-contained HTML page
-(``report.html``) with the figures beside it in ``figures/``.
+(``report.html``) with the figures beside it in ``figures/``. The report and
+its figures are written all or nothing (:mod:`bayes_microbench._outputs`).
+A damaged input (an empty or non-numeric ``mdad.csv`` or ``curves.csv``, an
+unreadable ``config.json``) is a user error naming the file and what to do.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from typing import Literal
 import pandas as pd
 
 from .exceptions import UserInputError
-from .io import write_atomic
 
 Format = Literal["md", "html"]
 
@@ -47,15 +49,91 @@ def mdad_table(mdad: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
+MDAD_REQUIRED = ("selector", "n_items", "mdad", "mdad_lower", "mdad_upper")
+CURVES_REQUIRED = ("n_items", "gap", "p_correct", "p_correct_lower", "p_correct_upper")
+
+
+def _rewrite_hint(folder: Path) -> str:
+    return (
+        f"rerun the 'evaluate' or 'mdad' command that wrote it with --output {folder} "
+        "(evaluate rewrites it from its cells)"
+    )
+
+
+def read_output_table(
+    path: Path, required: tuple[str, ...], numeric: tuple[str, ...]
+) -> pd.DataFrame:
+    """A CSV table of an output folder, checked: readable, not empty, columns, numbers.
+
+    Parameters
+    ----------
+    path
+        The file (``mdad.csv`` or ``curves.csv``).
+    required
+        Columns it must have.
+    numeric
+        Columns whose non-empty values must be numbers (``inf`` allowed).
+
+    Returns
+    -------
+    pandas.DataFrame
+
+    Why: a damaged file must be named with what is wrong, not fail inside a plot.
+    """
+    hint = _rewrite_hint(path.parent)
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise UserInputError(f"{path}: the file is empty; {hint}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as err:
+        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise UserInputError(f"{path}: not a readable CSV table ({reason}); {hint}") from None
+    absent = [c for c in required if c not in frame.columns]
+    if absent:
+        raise UserInputError(
+            f"{path}: missing column(s) {', '.join(absent)} (it has "
+            f"{', '.join(map(str, frame.columns))}); {hint}"
+        )
+    if frame.empty:
+        raise UserInputError(f"{path}: the table has no rows; {hint}")
+    for col in numeric:
+        if col not in frame.columns:
+            continue
+        values = pd.to_numeric(frame[col], errors="coerce")
+        bad = frame[col][values.isna() & frame[col].notna()]
+        if len(bad):
+            row = int(bad.index[0]) + 2  # the header is line 1
+            raise UserInputError(
+                f"{path}: column {col} has a value that is not a number ({bad.iloc[0]!r} on "
+                f"line {row}); {hint}"
+            )
+        if frame[col].dtype == object:
+            frame[col] = values
+    if "reached" in frame.columns:
+        text = frame["reached"].astype(str).str.lower()
+        if not text.isin(["true", "false"]).all():
+            bad_value = frame["reached"][~text.isin(["true", "false"])].iloc[0]
+            raise UserInputError(
+                f"{path}: column reached must be True or False, found {bad_value!r}; {hint}"
+            )
+        frame["reached"] = text == "true"
+    return frame
+
+
 def _read_config(folder: Path) -> dict[str, object]:
     for name in ("config.json", "run_config.json", "configuration.json"):
         path = folder / name
         if path.exists():
             try:
-                loaded = json.loads(path.read_text())
+                loaded = json.loads(path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as err:
                 raise UserInputError(
-                    f"{path}: not valid JSON ({err.msg} at line {err.lineno})"
+                    f"{path}: not valid JSON ({err.msg} at line {err.lineno}); "
+                    f"{_rewrite_hint(folder)}"
+                ) from None
+            except (UnicodeDecodeError, OSError) as err:
+                raise UserInputError(
+                    f"{path}: cannot be read ({err}); {_rewrite_hint(folder)}"
                 ) from None
             return loaded if isinstance(loaded, dict) else {}
     return {}
@@ -65,9 +143,16 @@ def build_blocks(folder: Path, figures: Path) -> list[Block]:
     """Read the output folder, draw its figures into ``figures`` and return the report blocks."""
     from . import plots
 
-    mdad = pd.read_csv(folder / "mdad.csv")
+    mdad = read_output_table(
+        folder / "mdad.csv", MDAD_REQUIRED, ("n_items", "n_source_llms", *MDAD_REQUIRED[2:])
+    )
     config = _read_config(folder)
     kind = "evaluate" if "split" in mdad.columns else "mdad"
+    if kind == "evaluate" and "n_source_llms" not in mdad.columns:
+        raise UserInputError(
+            f"{folder / 'mdad.csv'}: has a split column but no n_source_llms (an evaluate "
+            f"mdad.csv has both); {_rewrite_hint(folder)}"
+        )
     blocks = [Block("h1", "Micro-benchmark reliability report")]
     if kind == "evaluate":
         blocks.append(
@@ -113,7 +198,7 @@ def build_blocks(folder: Path, figures: Path) -> list[Block]:
 
     curves_path = folder / "curves.csv"
     if curves_path.exists():
-        curves = pd.read_csv(curves_path)
+        curves = read_output_table(curves_path, CURVES_REQUIRED, CURVES_REQUIRED)
         by = "selector" if "selector" in curves.columns else None
         for j, (name, g) in enumerate(curves.groupby(by) if by else [("", curves)]):
             stem = figures / f"curve_{j}"
@@ -165,7 +250,12 @@ def render(blocks: list[Block], fmt: Format) -> str:
 
 
 def write_report(folder: str | Path, fmt: Format = "md") -> Path:
-    """Write ``report.md`` or ``report.html`` (and ``figures/``) into ``folder``."""
+    """Write ``report.md`` or ``report.html`` and its figures into ``folder``, all or nothing.
+
+    Figures go to ``figures/mdad_*`` and ``figures/curve_*``; earlier figures of
+    those names that this report does not draw are removed with the swap, other
+    files in ``figures/`` are kept. Returns the report's path.
+    """
     root = Path(folder)
     if not root.is_dir():
         raise UserInputError(
@@ -177,7 +267,11 @@ def write_report(folder: str | Path, fmt: Format = "md") -> Path:
         raise UserInputError(
             f"{root}: no mdad.csv here; pass the --output folder of 'bayes-microbench evaluate' or 'mdad'"
         )
-    figures = root / "figures"
-    figures.mkdir(exist_ok=True)
-    text = render(build_blocks(root, figures), fmt)
-    return write_atomic(root / f"report.{fmt}", lambda tmp: tmp.write_text(text))
+    from ._outputs import output_set
+
+    with output_set(root, stale=("figures/mdad_[0-9]*", "figures/curve_[0-9]*")) as files:
+        figures = files.path("figures")
+        figures.mkdir()
+        text = render(build_blocks(root, figures), fmt)
+        files.write(f"report.{fmt}", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return root / f"report.{fmt}"

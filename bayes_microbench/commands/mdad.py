@@ -9,7 +9,8 @@ subsets (``--selector random``), any registered selector, or a fixed subset
 Writes DIR/mdad.csv (selector,n_items,mdad,mdad_lower,mdad_upper,ci_prob;
 points; inf where the threshold is not reached within 30 points),
 DIR/curves.csv (the mean curve and its band per size and gap) and
-DIR/curves.nc (every draw's curve).
+DIR/curves.nc (every draw's curve): all three or none (a failure keeps the
+folder as it was), and a report drawn from earlier results is removed with them.
 """
 
 from __future__ import annotations
@@ -94,13 +95,15 @@ def read_subset(path: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
 
-    from .._validate import check_probability, parse_int_list
+    from .._outputs import REPORT_FILES, output_set
+    from .._validate import parse_int_list
     from ..design import DEFAULT_SIZES, curves_tables, design_curves
     from ..exceptions import UserInputError
-    from ..io import load_responses, write_atomic
+    from ..io import load_responses
+    from ..mdad import check_threshold
     from ..scoring import read_posterior
 
-    check_probability(args.threshold, "--threshold", open_low=0.5)
+    threshold = check_threshold(args.threshold, "--threshold")
     if args.subset is not None and args.sizes is not None:
         raise UserInputError("--sizes does not apply with --subset (the subset has its own size)")
     sizes = DEFAULT_SIZES if args.sizes is None else parse_int_list(args.sizes, "--sizes")
@@ -112,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         sizes=None if subset is not None else sizes,
         subset=subset,
         selector=args.selector,
-        threshold=args.threshold,
+        threshold=threshold,
         ci_prob=args.ci_prob,
         max_draws=args.max_draws,
         source=source,
@@ -125,9 +128,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise UserInputError(f"{out}: --output must be a folder")
-    write_atomic(out / "mdad.csv", lambda t: table.to_csv(t, index=False))
-    write_atomic(out / "curves.csv", lambda t: curves.to_csv(t, index=False))
-    write_atomic(out / "curves.nc", lambda t: res.to_netcdf(t))
+    # a report drawn from the previous mdad.csv would contradict the new one
+    with output_set(out, stale=REPORT_FILES) as files:
+        files.write("mdad.csv", lambda t: table.to_csv(t, index=False))
+        files.write("curves.csv", lambda t: curves.to_csv(t, index=False))
+        files.write("curves.nc", lambda t: res.to_netcdf(t))
     if args.json:
         print_json({"output": str(out), "mdad": table.to_dict("records")})
         return 0
