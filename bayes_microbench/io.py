@@ -3,13 +3,26 @@
 Formats
 -------
 Wide CSV
-    ``NAME.csv``: first column ``llm``, one column per item id, values 1 / 0 /
-    empty. ``NAME.items.csv`` (``item,subtask[,n_options]``) beside it is picked
-    up automatically; ``items=`` overrides it. ``NAME.confidence.csv`` (the same
-    wide layout, values in [0, 1]) beside it is picked up too.
+    ``NAME.csv``: first column ``llm``, one column per item id, one row per llm.
+    ``NAME.items.csv`` (``item,subtask[,n_options]``) beside it is picked up
+    automatically; ``items=`` overrides it. ``NAME.confidence.csv`` (the same
+    columns as the matrix, values in [0, 1], rows for some or all of its llms)
+    beside it is picked up too.
 Long table
     CSV or Parquet with columns ``llm, item, correct[, subtask, confidence,
     n_options]``; one row per observed cell.
+
+Cells (the same in every layout and companion; see
+:mod:`bayes_microbench.responses`): correct is a number equal to 1 or 0 or
+``true`` / ``false`` (any case); missing is an empty cell or ``NA``, ``N/A``,
+``NaN``, ``null``, ``None`` (any case); anything else is an error naming the
+file, the llm, the item and the value.
+
+CSV files are UTF-8 (a byte-order mark is allowed; CRLF or LF line ends; blank
+lines skipped). Every row has exactly one cell per header column: a short or
+long row is an error naming the file and line, as is a blank or repeated column
+name (naming its position), a blank or repeated llm, or a broken quote. Being
+strict here keeps a shifted or padded row from becoming wrong numbers.
 
 Writers are atomic: a file is written to a temporary name in the same folder
 and renamed into place, so an interrupted or failed write leaves nothing
@@ -20,16 +33,20 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import math
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from io import StringIO
 from pathlib import Path
+from typing import overload
 
 import pandas as pd
 
-from ._validate import check_unique
-from .exceptions import ResponsesError
-from .responses import EmptyPolicy, Responses
+from ._validate import duplicates, preview
+from .exceptions import ResponsesError, UserInputError
+from .responses import EmptyPolicy, Responses, cell_number, is_missing
 
 LONG_COLUMNS = ("llm", "item", "correct")
 
@@ -39,38 +56,191 @@ def companion(path: Path, kind: str) -> Path:
     return path.with_name(f"{path.stem}.{kind}.csv")
 
 
-def _read_csv(path: Path, **kwargs: object) -> pd.DataFrame:
+def _read_text(path: Path, error: type[UserInputError] = ResponsesError) -> str:
+    """A file's text as UTF-8 (BOM dropped), refusing binary or undecodable files in one line."""
     try:
-        return pd.read_csv(path, **kwargs)
+        data = path.read_bytes()
     except FileNotFoundError:
-        raise ResponsesError(f"{path}: no such file") from None
-    except pd.errors.EmptyDataError:
-        raise ResponsesError(f"{path}: the file is empty") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as err:
-        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise ResponsesError(f"{path}: not a readable CSV file ({reason})") from None
+        raise error(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a folder; pass a file") from None
+    except OSError as err:
+        raise error(f"{path}: cannot be read ({err.strerror or type(err).__name__})") from None
+    if b"\x00" in data:
+        raise error(f"{path}: holds binary data (NUL bytes), not text; pass a UTF-8 CSV file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise error(
+            f"{path}: line {line}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+            f"{err.start}); save the file as UTF-8"
+        ) from None
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A CSV file as text cells: the header, the data rows and each row's line number."""
+
+    path: Path
+    header: list[str]
+    header_line: int
+    rows: list[list[str]]
+    lines: list[int]
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=pd.Index(self.header, dtype=object), dtype=object)
+
+
+class _LineNames(Sequence[str]):
+    """``line N`` for each data row, built only when a message needs one."""
+
+    def __init__(self, lines: list[int]) -> None:
+        self._lines = lines
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        if isinstance(i, slice):
+            return [f"line {n}" for n in self._lines[i]]
+        return f"line {self._lines[i]}"
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+
+def _read_table(path: Path, sep: str = ",", error: type[UserInputError] = ResponsesError) -> _Table:
+    """Parse a CSV strictly: every row as long as the header, quotes closed, blank lines skipped.
+
+    Parameters
+    ----------
+    path
+        The CSV file.
+    sep
+        The delimiter.
+    error
+        The exception class of the messages.
+
+    Returns
+    -------
+    The header, the data rows and their line numbers. pandas would pad a short
+    row with missing cells and turn a long one into an index; this refuses both.
+    """
+    text = _read_text(path, error)
+    reader = csv.reader(StringIO(text, newline=""), delimiter=sep, strict=True)
+    header: list[str] | None = None
+    header_line = 0
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    start = 1
+    try:
+        for row in reader:
+            line, start = start, reader.line_num + 1
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if header is None:
+                header, header_line = row, line
+            elif len(row) != len(header):
+                raise error(
+                    f"{path}: line {line}: {len(row)} cells, but the header (line "
+                    f"{header_line}) has {len(header)}; every row needs one cell per column "
+                    "(leave a cell empty for a missing value)"
+                )
+            else:
+                rows.append(row)
+                lines.append(line)
+    except csv.Error as err:
+        raise error(
+            f"{path}: line {start}: not readable as CSV ({err}); check the quotes from that "
+            "line on (a quote opened and not closed?)"
+        ) from None
+    if header is None:
+        raise error(f"{path}: the file is empty")
+    return _Table(path, header, header_line, rows, lines)
+
+
+def _check_header(table: _Table, what: str, error: type[UserInputError] = ResponsesError) -> None:
+    """Refuse a blank or repeated column name, naming its position (counting from 1)."""
+    where = f"{table.path}: line {table.header_line}"
+    for k, name in enumerate(table.header, start=1):
+        if is_missing(name):
+            reads = f" ({name!r} reads as missing)" if name.strip() else ""
+            raise error(
+                f"{where}: column {k} of the header is blank{reads}; every column needs a name"
+            )
+    dup = duplicates(table.header)
+    if dup:
+        cols = [k for k, name in enumerate(table.header, start=1) if name == dup[0]]
+        raise error(
+            f"{where}: duplicate {what} {preview(dup)} ({dup[0]!r} heads columns "
+            f"{', '.join(map(str, cols))}); each must appear only once"
+        )
+
+
+def _check_labels(
+    table: _Table, col: int, what: str, error: type[UserInputError] = ResponsesError
+) -> None:
+    """Refuse a blank or repeated label in column ``col`` (llm names, item ids), naming lines."""
+    first: dict[str, int] = {}
+    for row, line in zip(table.rows, table.lines, strict=True):
+        label = row[col]
+        if is_missing(label):
+            reads = f" ({label!r} reads as missing)" if label.strip() else ""
+            raise error(
+                f"{table.path}: line {line}: blank {what}{reads} in column {col + 1}; "
+                f"fill in the {what} on every row"
+            )
+        if label in first:
+            raise error(
+                f"{table.path}: duplicate {what}s [{label!r}] (lines {first[label]} and {line}); "
+                "each must appear only once"
+            )
+        first[label] = line
+
+
+def _check_items_table(table: _Table) -> None:
+    """An items file's ids, subtasks and ``n_options``, each bad cell named by its line."""
+    header = table.header
+    if "item" not in header or "subtask" not in header:
+        raise ResponsesError(
+            f"{table.path}: an items file needs columns item,subtask[,n_options], got {header!r}"
+        )
+    _check_labels(table, header.index("item"), "item id")
+    sub = header.index("subtask")
+    opts = header.index("n_options") if "n_options" in header else None
+    for row, line in zip(table.rows, table.lines, strict=True):
+        if is_missing(row[sub]):
+            raise ResponsesError(
+                f"{table.path}: line {line}: item {row[header.index('item')]!r} has no subtask "
+                f"({row[sub]!r}); give every item one"
+            )
+        if opts is not None:
+            n = cell_number(row[opts])
+            if n is None or not (
+                math.isnan(n) or (math.isfinite(n) and n.is_integer() and n != 1 and n >= 0)
+            ):
+                raise ResponsesError(
+                    f"{table.path}: line {line}: n_options is {row[opts]!r}; expected a whole "
+                    "number >= 2, or empty when unknown"
+                )
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
     try:
+        import pyarrow.lib
+
+        arrow_error: type[Exception] = pyarrow.lib.ArrowException
+    except ImportError:  # pragma: no cover - pandas needs pyarrow or fastparquet for Parquet
+        arrow_error = OSError
+    try:
         return pd.read_parquet(path)
     except FileNotFoundError:
         raise ResponsesError(f"{path}: no such file") from None
-    except (OSError, ValueError) as err:
-        raise ResponsesError(f"{path}: not a readable Parquet file ({err})") from None
-
-
-def _header(path: Path, sep: str) -> list[str]:
-    """The header row as written (pandas would silently rename duplicate columns)."""
-    try:
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            row = next(csv.reader(fh, delimiter=sep), None)
-    except UnicodeDecodeError:
-        raise ResponsesError(f"{path}: not a readable CSV file (not UTF-8 text)") from None
-    if not row:
-        raise ResponsesError(f"{path}: the file is empty")
-    check_unique(row, "item ids (column names)", str(path), ResponsesError)
-    return row
+    except (OSError, ValueError, TypeError, NotImplementedError, arrow_error) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ResponsesError(f"{path}: not a readable Parquet file ({reason})") from None
 
 
 def load_responses(
@@ -91,6 +261,16 @@ def load_responses(
     on_empty
         ``"drop"`` (default) removes llms and items with no observed cell with a
         warning naming them; ``"raise"`` refuses the file.
+
+    Returns
+    -------
+    The :class:`Responses`. Cells follow one set of spellings in every layout:
+    correct is ``1`` / ``0`` (any number equal to them) or ``true`` / ``false``
+    (any case); missing is empty, ``NA``, ``N/A``, ``NaN``, ``null`` or ``None``
+    (any case); anything else is a :class:`ResponsesError` naming the file, llm,
+    item and value, as is a short or long row, a blank or repeated column name,
+    llm or item id. One strict reading keeps malformed files from becoming wrong
+    numbers.
     """
     p = Path(path)
     if p.is_dir():
@@ -103,6 +283,10 @@ def load_responses(
     benchmark = p.stem
     suffix = p.suffix.lower()
     if suffix in (".parquet", ".pq"):
+        if items is not None:
+            raise ResponsesError(
+                f"{p}: --items applies to a wide matrix; a long table carries its subtask column"
+            )
         return Responses.from_long(
             _read_parquet(p), benchmark=benchmark, on_empty=on_empty, where=str(p)
         )
@@ -111,32 +295,41 @@ def load_responses(
             f"{p}: unknown file type {p.suffix!r}; expected a wide or long .csv, or a long .parquet"
         )
     sep = "\t" if suffix == ".tsv" else ","
-    cols = _header(p, sep)
-    if set(LONG_COLUMNS) <= set(cols):
+    table = _read_table(p, sep)
+    if set(LONG_COLUMNS) <= set(table.header):
         if items is not None:
             raise ResponsesError(
                 f"{p}: --items applies to a wide matrix; a long table carries its subtask column"
             )
-        frame = _read_csv(p, sep=sep)
-        return Responses.from_long(frame, benchmark=benchmark, on_empty=on_empty, where=str(p))
-    frame = _read_csv(p, sep=sep, dtype={"llm": str}, keep_default_na=False, na_values=[""])
+        _check_header(table, "column names")
+        return Responses.from_long(
+            table.frame(),
+            benchmark=benchmark,
+            on_empty=on_empty,
+            where=str(p),
+            row_names=_LineNames(table.lines),
+        )
+    _check_header(table, "item ids")
+    _check_labels(table, 0, "llm")
     items_path = Path(items) if items is not None else companion(p, "items")
     items_frame = None
     if items is not None or items_path.exists():
-        items_frame = _read_csv(items_path, dtype=str, keep_default_na=False, na_values=[""])
+        items_table = _read_table(items_path, ",")
+        _check_header(items_table, "column names")
+        _check_items_table(items_table)
+        items_frame = items_table.frame()
     conf_path = companion(p, "confidence")
     conf_frame = None
     if conf_path.exists():
-        conf_frame = _read_csv(conf_path, dtype={"llm": str}, keep_default_na=False, na_values=[""])
-        if (
-            list(conf_frame.columns[1:]) != list(frame.columns[1:])
-            or conf_frame.columns[0] != "llm"
-        ):
+        conf_table = _read_table(conf_path, sep)
+        if conf_table.header != table.header:
             raise ResponsesError(
                 f"{conf_path}: columns differ from {p.name}; it must have the same layout"
             )
+        _check_labels(conf_table, 0, "llm")
+        conf_frame = conf_table.frame()
     return Responses.from_wide(
-        frame,
+        table.frame(),
         items=items_frame,
         confidence=conf_frame,
         benchmark=benchmark,
@@ -176,7 +369,9 @@ def save_responses(responses: Responses, path: str | os.PathLike[str]) -> list[P
     """Write ``responses`` as a wide CSV plus ``NAME.items.csv`` (and ``NAME.confidence.csv``).
 
     A ``.parquet`` path writes the long table instead. All files are written
-    to temporary names first and renamed only when every one succeeded.
+    to temporary names first and renamed only when every one succeeded. Item ids
+    that the wide header cannot hold unambiguously (``llm``; ``item`` with
+    ``correct``) are refused for a CSV, so that what is saved reads back equal.
     """
     target = Path(path)
     if target.suffix.lower() in (".parquet", ".pq"):
@@ -184,6 +379,12 @@ def save_responses(responses: Responses, path: str | os.PathLike[str]) -> list[P
         return [write_atomic(target, lambda t: long.to_parquet(t, index=False))]
     if target.suffix.lower() != ".csv":
         raise ResponsesError(f"{target}: output must end in .csv (wide) or .parquet (long)")
+    ids = set(responses.items.tolist())
+    if "llm" in ids or set(LONG_COLUMNS[1:]) <= ids:
+        raise ResponsesError(
+            f"{target}: item ids 'llm', or 'item' and 'correct' together, cannot head wide CSV "
+            "columns (the file would read back as another layout); write a .parquet instead"
+        )
     jobs: list[tuple[Path, pd.DataFrame]] = [
         (target, responses.to_wide()),
         (companion(target, "items"), responses.items_frame()),

@@ -17,11 +17,25 @@ An llm or item with no observed cell carries no information and breaks
 per-llm accuracies; the constructors drop them with a
 :class:`~bayes_microbench.exceptions.DroppedDataWarning` that names each one
 (``on_empty="raise"`` refuses instead).
+
+Cell spellings
+--------------
+One set for every reader (wide and long, CSV, Parquet, data frames), so that the
+same file means the same thing in either layout:
+
+- correct / wrong: a number equal to 1 or 0 (``1``, ``0``, ``1.0``, ...) or
+  ``true`` / ``false`` (any case; a boolean column counts too);
+- missing: an empty cell or ``NA``, ``N/A``, ``NaN``, ``null``, ``None`` (any
+  case, surrounding spaces ignored);
+- anything else is an error naming the llm, the item and the value.
+
+Confidences and ``n_options`` are numbers with the same missing spellings.
+An llm, item or subtask name spelled like a missing value counts as blank.
 """
 
 from __future__ import annotations
 
-import logging
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,34 +48,144 @@ import xarray as xr
 from ._validate import check_unique, preview, show_value
 from .exceptions import DroppedDataWarning, ResponsesError
 
-logger = logging.getLogger(__name__)
-
 EmptyPolicy = Literal["drop", "raise"]
 Labels = Sequence[Any] | np.ndarray
 
 
+MISSING_SPELLINGS: frozenset[str] = frozenset({"", "na", "n/a", "nan", "null", "none"})
+"""Cell texts read as missing, compared after stripping spaces and lower-casing."""
+BOOLEAN_SPELLINGS: dict[str, float] = {"true": 1.0, "false": 0.0}
+"""Texts read as correct / wrong besides the numbers 1 and 0 (compared lower-cased)."""
+_MISSING_NOTE = "NA, N/A, NaN, null and None, in any case, mean missing"
+EXPECTED = {
+    "binary": f"1, 0 or empty (true / false also read as 1 / 0; {_MISSING_NOTE})",
+    "unit": f"a number in [0, 1] or empty ({_MISSING_NOTE})",
+}
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def is_missing(value: Any) -> bool:
+    """Whether a cell or label is missing: None, NaN, pd.NA or a missing spelling."""
+    if isinstance(value, str):
+        return value.strip().lower() in MISSING_SPELLINGS
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    return isinstance(value, (float, np.floating)) and bool(np.isnan(value))
+
+
+def _cell_float(value: Any, kind: str) -> float | None:
+    """One cell as a float (NaN when missing), or None when it is not a valid spelling."""
+    if isinstance(value, str):
+        text = value.strip()
+        low = text.lower()
+        if low in MISSING_SPELLINGS:
+            return np.nan
+        if kind == "binary" and low in BOOLEAN_SPELLINGS:
+            return BOOLEAN_SPELLINGS[low]
+        return float(text) if _NUMBER.fullmatch(text) else None
+    if isinstance(value, (bool, np.bool_)):
+        return float(value) if kind == "binary" else None
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return float(value)
+    if value is None or value is pd.NA or value is pd.NaT:
+        return np.nan
+    return None
+
+
+def cell_number(value: Any) -> float | None:
+    """A numeric cell (``n_options``, a count) as a float, NaN when missing, None when not a number."""
+    return _cell_float(value, "number")
+
+
+def parse_cells(values: Any, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Read cells with the package's one set of spellings (see the module docstring).
+
+    Parameters
+    ----------
+    values
+        An array, Series or DataFrame of cells (numbers, booleans, text, None).
+    kind
+        ``"binary"`` (correct: 1 / 0 / true / false) or ``"unit"`` (a confidence in [0, 1]).
+
+    Returns
+    -------
+    The cells as float64 (NaN where missing, same shape) and a mask of invalid cells
+    (text that is no valid spelling, or a number outside what ``kind`` allows).
+    Every reader goes through here, so one file means the same in every layout.
+    """
+    frame = values if isinstance(values, pd.DataFrame) else None
+    series = values if isinstance(values, pd.Series) else None
+    dtypes = (
+        list(frame.dtypes) if frame is not None else [series.dtype] if series is not None else []
+    )
+    arr: np.ndarray | None = None
+    if dtypes and all(
+        pd.api.types.is_numeric_dtype(d) and (kind == "binary" or not pd.api.types.is_bool_dtype(d))
+        for d in dtypes
+    ):
+        arr = values.to_numpy(dtype=np.float64, na_value=np.nan)
+        unparsable = np.zeros(arr.shape, dtype=bool)
+    else:
+        raw = values.to_numpy(dtype=object) if dtypes else np.asarray(values)
+        if raw.dtype.kind in "fiu" or (raw.dtype.kind == "b" and kind == "binary"):
+            arr = raw.astype(np.float64)
+            unparsable = np.zeros(arr.shape, dtype=bool)
+        else:
+            flat = raw.astype(object).ravel()
+            try:
+                codes, uniques = pd.factorize(flat, use_na_sentinel=True)
+            except TypeError:  # unhashable cells (lists in a Parquet column): one by one
+                codes, uniques = np.arange(len(flat)), flat
+            parsed = [_cell_float(u, kind) for u in uniques]
+            table = np.array([np.inf if v is None else v for v in parsed] + [np.nan])
+            bad_table = np.array([v is None for v in parsed] + [False])
+            arr = table[codes].reshape(raw.shape)
+            unparsable = bad_table[codes].reshape(raw.shape)
+    return arr, unparsable | ~_valid_mask(arr, kind)
+
+
+def show_cell(value: Any) -> str:
+    """A cell as the user wrote it: a number plainly (``2``), other text quoted."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        return show_value(float(value.strip()))
+    return show_value(value)
+
+
 def _as_labels(values: Labels, what: str, where: str) -> np.ndarray:
-    labels = np.asarray([str(v) for v in values], dtype=object)
-    blank = [i for i, v in enumerate(labels) if v.strip() == "" or v == "nan"]
+    raw = list(values)
+    blank = [i for i, v in enumerate(raw) if is_missing(v)]
     if blank:
         raise ResponsesError(
-            f"{where}: blank {what} at position(s) {preview(blank)}; every {what} needs a name"
+            f"{where}: blank {what} at position(s) {preview(blank)} (counting from 0; "
+            f"{', '.join(sorted(MISSING_SPELLINGS - {''}))} count as blank too); "
+            f"every {what} needs a name"
         )
+    labels = np.asarray([str(v) for v in raw], dtype=object)
     check_unique(list(labels), f"{what}s", where, ResponsesError)
     return labels
 
 
 def _bad_cells(
-    values: np.ndarray, llms: np.ndarray, items: np.ndarray, allowed: str, where: str, what: str
+    values: np.ndarray,
+    llms: np.ndarray,
+    items: Labels,
+    allowed: str,
+    where: str,
+    what: str,
+    invalid: np.ndarray | None = None,
+    raw: np.ndarray | None = None,
 ) -> ResponsesError:
-    rows, cols = np.nonzero(~_valid_mask(values, allowed))
+    """The error naming the first invalid cell (row-major), with the count of all of them."""
+    if invalid is None:
+        invalid = ~_valid_mask(values, allowed)
+    rows, cols = np.nonzero(invalid)
     r, c = int(rows[0]), int(cols[0])
     n_bad = len(rows)
     more = f" ({n_bad} such cells in all)" if n_bad > 1 else ""
-    expect = "1, 0 or empty" if allowed == "binary" else "a number in [0, 1] or empty"
+    shown = show_cell(raw[r, c]) if raw is not None else show_value(values[r, c])
     return ResponsesError(
-        f"{where}: {what} for llm {llms[r]!r}, item {items[c]!r} is {show_value(values[r, c])}; "
-        f"expected {expect}{more}"
+        f"{where}: {what} for llm {llms[r]!r}, item {items[c]!r} is {shown}; "
+        f"expected {EXPECTED[allowed]}{more}; fix that cell"
     )
 
 
@@ -122,14 +246,17 @@ class Responses:
         if subtask is None:
             sub = np.full(len(item_labels), benchmark, dtype=object)
         else:
-            sub = np.asarray([str(s) for s in subtask], dtype=object)
-            if len(sub) != len(item_labels):
+            raw_sub = list(subtask)
+            if len(raw_sub) != len(item_labels):
                 raise ResponsesError(
-                    f"{where}: {len(sub)} subtask labels for {len(item_labels)} items"
+                    f"{where}: {len(raw_sub)} subtask labels for {len(item_labels)} items"
                 )
-            blank = [item_labels[i] for i, s in enumerate(sub) if s.strip() in ("", "nan")]
+            sub = np.asarray([str(s) for s in raw_sub], dtype=object)
+            blank = [item_labels[i] for i, s in enumerate(raw_sub) if is_missing(s)]
             if blank:
-                raise ResponsesError(f"{where}: items without a subtask {preview(blank)}")
+                raise ResponsesError(
+                    f"{where}: items without a subtask {preview(blank)}; give each item one"
+                )
 
         conf = None
         if confidence is not None:
@@ -151,18 +278,19 @@ class Responses:
                 raise ResponsesError(
                     f"{where}: {opts.shape[0]} n_options for {len(item_labels)} items"
                 )
-            opts = np.where(pd.isna(opts), 0, opts)
-            try:
-                opts_int = opts.astype(np.int64)
-            except (TypeError, ValueError):
-                raise ResponsesError(f"{where}: n_options must be whole numbers") from None
-            bad = [item_labels[i] for i in np.nonzero((opts_int == 1) | (opts_int < 0))[0]]
-            if bad or not np.array_equal(opts_int, opts.astype(np.float64)):
+            parsed = [_cell_float(v, "number") for v in opts]
+            nums = np.array([np.nan if v is None else v for v in parsed], dtype=np.float64)
+            nums[np.isnan(nums) & np.array([v is not None for v in parsed])] = 0.0
+            with np.errstate(invalid="ignore"):
+                ok = np.isfinite(nums) & (nums == np.round(nums)) & ((nums == 0) | (nums >= 2))
+            if not ok.all():
+                bad_i = np.nonzero(~ok)[0]
                 raise ResponsesError(
-                    f"{where}: n_options must be a whole number >= 2 (or empty), "
-                    f"bad for items {preview(bad)}"
+                    f"{where}: n_options of item {item_labels[bad_i[0]]!r} is "
+                    f"{show_cell(opts[bad_i[0]])}; expected a whole number >= 2 or empty "
+                    f"(bad for items {preview(item_labels[bad_i])})"
                 )
-            opts = opts_int
+            opts = nums.astype(np.int64)
 
         observed = ~np.isnan(values)
         empty_llm = ~observed.any(axis=1)
@@ -179,8 +307,8 @@ class Responses:
             keep_l, keep_i = ~empty_llm, ~empty_item
             if not keep_l.any() or not keep_i.any():
                 raise ResponsesError(f"{where}: the response matrix has no observed cell")
+            # said once, as a warning (the CLI prints it as one line); not logged as well
             warnings.warn(msg + "; dropped them", DroppedDataWarning, stacklevel=2)
-            logger.warning("%s; dropped them", msg)
             values = values[np.ix_(keep_l, keep_i)]
             llm_labels, item_labels, sub = llm_labels[keep_l], item_labels[keep_i], sub[keep_i]
             if conf is not None:
@@ -214,26 +342,39 @@ class Responses:
     ) -> Responses:
         """Build from a wide frame: column ``llm``, then one column per item id.
 
-        ``items`` is an optional frame with columns ``item, subtask[, n_options]``
-        covering exactly the matrix's item columns.
+        Cells use the spellings of the module docstring. ``items`` is an optional
+        frame with columns ``item, subtask[, n_options]`` covering exactly the
+        matrix's item columns. ``confidence`` has the same layout as ``frame``
+        (column ``llm``, then item columns); its llms must be llms of the matrix
+        (each once) and its item columns items of the matrix; cells it lacks are
+        unknown.
         """
-        if frame.shape[1] == 0 or frame.columns[0] != "llm":
+        if frame.shape[1] == 0 or str(frame.columns[0]) != "llm":
             first = frame.columns[0] if frame.shape[1] else None
             raise ResponsesError(
                 f"{where}: the first column must be 'llm' (got {first!r}); "
                 "wide format is llm,<item id>,<item id>,..."
             )
+        blank = [k + 2 for k, c in enumerate(frame.columns[1:]) if is_missing(c)]
+        if blank:
+            raise ResponsesError(
+                f"{where}: blank item id heading column(s) {preview(blank)} (counting from 1); "
+                "every column after 'llm' needs an item id"
+            )
         item_cols = [str(c) for c in frame.columns[1:]]
         check_unique(item_cols, "item ids", where, ResponsesError)
         if frame.shape[0] == 0 or not item_cols:
             raise ResponsesError(f"{where}: the response matrix is empty (no llms or no items)")
-        llms = frame["llm"].astype(str).to_numpy()
-        values = _numeric_block(frame.iloc[:, 1:], llms, item_cols, where)
+        llms = _as_labels(frame.iloc[:, 0].to_numpy(dtype=object), "llm", where)
+        block = frame.iloc[:, 1:]
+        values, invalid = parse_cells(block, "binary")
+        if invalid.any():
+            raw = block.to_numpy(dtype=object)
+            raise _bad_cells(values, llms, item_cols, "binary", where, "value", invalid, raw)
         subtask, n_options = _item_metadata(items, item_cols, where)
         conf = None
         if confidence is not None:
-            conf_block = confidence.set_index("llm").reindex(index=llms, columns=item_cols)
-            conf = _numeric_block(conf_block, llms, item_cols, where, what="confidence")
+            conf = _confidence_block(confidence, llms, item_cols, where)
         return cls.from_arrays(
             values,
             llms,
@@ -254,14 +395,20 @@ class Responses:
         benchmark: str = "benchmark",
         on_empty: EmptyPolicy = "drop",
         where: str = "responses",
+        row_names: Sequence[str] | None = None,
     ) -> Responses:
         """Build from a long table: ``llm, item, correct[, subtask, confidence, n_options]``.
 
-        Rows repeating an (llm, item) pair with the same values are kept once;
-        rows that disagree are an error. Pairs without a row are missing.
+        Cells use the spellings of the module docstring (the same as the wide
+        format). Rows repeating an (llm, item) pair with the same values are kept
+        once; rows that disagree are an error. Pairs without a row are missing.
+        ``row_names`` names each row in messages (default ``row 1``, ``row 2``, ...;
+        the CSV reader passes the file's line numbers).
         """
-        required = ["llm", "item", "correct"]
-        absent = [c for c in required if c not in frame.columns]
+        known = ["llm", "item", "correct", "subtask", "confidence", "n_options"]
+        names = [str(c) for c in frame.columns]
+        check_unique([c for c in names if c in known], "columns", where, ResponsesError)
+        absent = [c for c in known[:3] if c not in names]
         if absent:
             raise ResponsesError(
                 f"{where}: long table lacks column(s) {absent}; expected "
@@ -269,22 +416,38 @@ class Responses:
             )
         if frame.shape[0] == 0:
             raise ResponsesError(f"{where}: the response table is empty")
-        df = frame.copy()
-        df["llm"] = df["llm"].astype(str)
-        df["item"] = df["item"].astype(str)
-        correct = _to_float(df["correct"])
-        bad = ~_valid_mask(correct.to_numpy()[None, :], "binary")[0]
-        if bad.any():
-            i = int(np.nonzero(bad)[0][0])
-            raise ResponsesError(
-                f"{where}: row {i + 1}: correct for llm {df['llm'].iat[i]!r}, item {df['item'].iat[i]!r} "
-                f"is {show_value(frame['correct'].iat[i])}; expected 1, 0 or empty"
+        df = frame.set_axis(names, axis=1)[[c for c in known if c in names]]
+
+        def row(i: int) -> str:
+            return row_names[i] if row_names is not None else f"row {i + 1}"
+
+        for col in ("llm", "item"):
+            labels = df[col]
+            blank = labels.isna().to_numpy() | (
+                labels.astype(str).str.strip().str.lower().isin(MISSING_SPELLINGS).to_numpy()
             )
-        df["correct"] = correct
-        value_cols = ["correct"]
-        if "confidence" in df.columns:
-            df["confidence"] = _to_float(df["confidence"])
-            value_cols.append("confidence")
+            if blank.any():
+                i = int(np.nonzero(blank)[0][0])
+                raise ResponsesError(
+                    f"{where}: {row(i)}: blank {col} ({show_cell(labels.iat[i])}); every row "
+                    "needs an llm and an item"
+                )
+        df = df.assign(llm=df["llm"].astype(str), item=df["item"].astype(str))
+        value_cols = ["correct"] + (["confidence"] if "confidence" in df.columns else [])
+        parsed: dict[str, np.ndarray] = {}
+        for col in value_cols:
+            kind = "binary" if col == "correct" else "unit"
+            parsed[col], invalid = parse_cells(df[col], kind)
+            if invalid.any():
+                bad = np.nonzero(invalid)[0]
+                i = int(bad[0])
+                more = f" ({len(bad)} such rows in all)" if len(bad) > 1 else ""
+                raise ResponsesError(
+                    f"{where}: {row(i)}: {col} for llm {df['llm'].iat[i]!r}, item "
+                    f"{df['item'].iat[i]!r} is {show_cell(df[col].iat[i])}; expected "
+                    f"{EXPECTED[kind]}{more}; fix that row"
+                )
+        df = df.assign(**parsed)
         _check_conflicts(df, ["llm", "item"], value_cols, where, "results")
         df = df.drop_duplicates(["llm", "item"])
 
@@ -495,35 +658,37 @@ class Responses:
 
 
 # ---------------------------------------------------------------- helpers
-def _to_float(series: pd.Series) -> pd.Series:
-    """Numbers as float64; text that is not a number keeps a marker (inf) for the error."""
-    if series.dtype == bool:
-        return series.astype(np.float64)
-    numeric = pd.to_numeric(series, errors="coerce")
-    text = series.astype("string").str.strip()
-    unparsable = numeric.isna() & text.notna() & (text != "")
-    return numeric.astype(np.float64).mask(unparsable, np.inf)
-
-
-def _numeric_block(
-    block: pd.DataFrame, llms: np.ndarray, items: list[str], where: str, what: str = "value"
+def _confidence_block(
+    confidence: pd.DataFrame, llms: np.ndarray, item_cols: list[str], where: str
 ) -> np.ndarray:
-    """Convert a block of cells to float64, naming the first cell that is not a number."""
-    try:
-        return block.to_numpy(dtype=np.float64, na_value=np.nan)
-    except (TypeError, ValueError):
-        pass
-    for j in range(block.shape[1]):
-        col = block.iloc[:, j]
-        conv = _to_float(col)
-        bad = np.isinf(conv.to_numpy())
-        if bad.any():
-            i = int(np.nonzero(bad)[0][0])
-            expect = "1, 0 or empty" if what == "value" else "a number in [0, 1] or empty"
-            raise ResponsesError(
-                f"{where}: {what} for llm {llms[i]!r}, item {items[j]!r} is {show_value(col.iat[i])}; expected {expect}"
-            )
-    return np.column_stack([_to_float(block.iloc[:, j]).to_numpy() for j in range(block.shape[1])])
+    """The confidences aligned to the matrix's llms and items (NaN where absent)."""
+    here = f"{where} (confidences)"
+    names = [str(c) for c in confidence.columns]
+    if not names or names[0] != "llm":
+        raise ResponsesError(f"{here}: the first column must be 'llm', like the matrix's")
+    check_unique(names, "columns", here, ResponsesError)
+    matrix_items, matrix_llms = set(item_cols), set(llms)
+    extra = [c for c in names[1:] if c not in matrix_items]
+    if extra:
+        raise ResponsesError(f"{here}: item columns not in the matrix {preview(extra)}")
+    conf_llms = _as_labels(confidence.iloc[:, 0].to_numpy(dtype=object), "llm", here)
+    unknown = [llm for llm in conf_llms if llm not in matrix_llms]
+    if unknown:
+        raise ResponsesError(
+            f"{here}: rows for llms not in the matrix {preview(unknown)}; "
+            "give confidences only for the matrix's llms"
+        )
+    block = (
+        confidence.set_axis(names, axis=1)
+        .iloc[:, 1:]
+        .set_axis(pd.Index(conf_llms), axis=0)
+        .reindex(index=llms, columns=item_cols)
+    )
+    conf, invalid = parse_cells(block, "unit")
+    if invalid.any():
+        raw = block.to_numpy(dtype=object)
+        raise _bad_cells(conf, llms, item_cols, "unit", where, "confidence", invalid, raw)
+    return conf
 
 
 def _item_metadata(
@@ -535,10 +700,10 @@ def _item_metadata(
         raise ResponsesError(
             f"{where}: items file needs columns item,subtask[,n_options], got {list(items.columns)}"
         )
-    ids = items["item"].astype(str).tolist()
-    check_unique(ids, "item ids", f"{where} (items file)", ResponsesError)
-    extra = [i for i in ids if i not in set(item_cols)]
-    absent = [i for i in item_cols if i not in set(ids)]
+    ids = _as_labels(items["item"].to_numpy(dtype=object), "item id", f"{where} (items file)")
+    matrix_ids, file_ids = set(item_cols), set(ids)
+    extra = [i for i in ids if i not in matrix_ids]
+    absent = [i for i in item_cols if i not in file_ids]
     if extra or absent:
         parts = []
         if absent:
@@ -546,7 +711,7 @@ def _item_metadata(
         if extra:
             parts.append(f"items-file ids not in the matrix {preview(extra)}")
         raise ResponsesError(f"{where}: items file does not match the matrix: " + "; ".join(parts))
-    meta = items.assign(item=ids).set_index("item").reindex(item_cols)
+    meta = items.assign(item=list(ids)).set_index("item").reindex(item_cols)
     n_options = meta["n_options"].to_numpy() if "n_options" in meta.columns else None
     return meta["subtask"].to_numpy(), n_options
 
