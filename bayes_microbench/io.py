@@ -11,6 +11,10 @@ Wide CSV
 Long table
     CSV or Parquet with columns ``llm, item, correct[, subtask, confidence,
     n_options]``; one row per observed cell.
+Subset file (:func:`read_subset`)
+    The JSON ``bayes-microbench select`` writes (its ``item_ids`` list), a CSV
+    with an ``item`` column, or one item id per line (an ``item`` first line is
+    a header).
 
 Cells (the same in every layout and companion; see
 :mod:`bayes_microbench.responses`): correct is a number equal to 1 or 0 or
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import math
 import os
 import tempfile
@@ -336,6 +341,91 @@ def load_responses(
         on_empty=on_empty,
         where=str(p),
     )
+
+
+def read_subset(path: str | os.PathLike[str]) -> list[str]:
+    """Item ids from a subset file, in file order.
+
+    Parameters
+    ----------
+    path
+        The JSON ``bayes-microbench select`` writes (its ``item_ids`` list of
+        strings), a CSV with an ``item`` column, or one item id per line (an
+        ``item`` first line is a header; CSV quoting applies).
+
+    Returns
+    -------
+    The item ids. A missing, binary, non-UTF-8 or empty file, bad JSON or a JSON
+    of another shape, a broken quote, a short or long row, a blank or repeated id
+    is a :class:`UserInputError` in one line, so a bad ``--subset`` never reaches
+    the design as an internal error.
+    """
+    f = Path(path)
+    if f.is_dir():
+        raise UserInputError(f"{f}: is a folder; pass a subset file (e.g. what 'select' writes)")
+    if not f.exists():
+        raise UserInputError(f"{f}: no such subset file")
+    text = _read_text(f, UserInputError)
+    if not text.strip():
+        raise UserInputError(f"{f}: the subset file names no items")
+    if f.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+        ids = _subset_json(f, text)
+    else:
+        ids = _subset_csv(f)
+    if not ids:
+        raise UserInputError(f"{f}: the subset file names no items")
+    dup = duplicates(ids)
+    if dup:
+        raise UserInputError(
+            f"{f}: duplicate item ids {preview(dup)}; each item may appear only once"
+        )
+    return ids
+
+
+def _subset_json(f: Path, text: str) -> list[str]:
+    """The ``item_ids`` of a ``select`` document, each a non-blank string (or a whole number)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserInputError(
+            f"{f}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})"
+        ) from None
+    ids = doc.get("item_ids") if isinstance(doc, dict) else None
+    if not isinstance(ids, list):
+        raise UserInputError(
+            f"{f}: expected the JSON 'bayes-microbench select' writes, with an 'item_ids' list"
+        )
+    out = []
+    for k, v in enumerate(ids):
+        if isinstance(v, bool) or not isinstance(v, (str, int)) or is_missing(v):
+            raise UserInputError(
+                f"{f}: item_ids[{k}] is {json.dumps(v)[:40]}; each item id must be a "
+                "non-blank string"
+            )
+        out.append(str(v))
+    return out
+
+
+def _subset_csv(f: Path) -> list[str]:
+    """The ids of a CSV with an ``item`` column, or of a one-id-per-line file."""
+    table = _read_table(f, ",", UserInputError)
+    if len(table.header) > 1 or table.header == ["item"]:
+        _check_header(table, "column names", UserInputError)
+        if "item" not in table.header:
+            raise UserInputError(
+                f"{f}: a CSV subset file needs an 'item' column (got {table.header!r})"
+            )
+        col = table.header.index("item")
+        rows, lines = table.rows, table.lines
+    else:
+        col = 0
+        rows, lines = [table.header, *table.rows], [table.header_line, *table.lines]
+    ids = []
+    for row, line in zip(rows, lines, strict=True):
+        if is_missing(row[col]):
+            raise UserInputError(f"{f}: line {line}: blank item id; every row needs one")
+        ids.append(row[col].strip())
+    return ids
 
 
 @contextlib.contextmanager

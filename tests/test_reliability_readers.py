@@ -1,7 +1,7 @@
-"""The response readers refuse malformed files in one line, and read valid ones right.
+"""The response and subset readers refuse malformed files in one line, and read valid ones right.
 
 Deterministic cases for each defect (short / long rows, blank or repeated headers, one set
-of missing and correct spellings for every layout, companions, each dropped
+of missing and correct spellings for every layout, companions, subset files, each dropped
 llm said once), then property-based tests: any generated file either loads a valid
 :class:`Responses` equal to what an independent reading of the file says, or raises a
 one-line :class:`UserInputError`; through the CLI, exit 0 or one stderr line and exit 2.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from bayes_microbench import (
     save_responses,
 )
 from bayes_microbench.cli import main
+from bayes_microbench.io import read_subset
 
 from .conftest import ROOT, SHARED_DATA
 
@@ -214,6 +216,74 @@ def test_real_matrices_still_load():
     for path in files:
         r = load_responses(path)
         assert r.n_llms > 1 and r.n_items > 1
+
+
+# -------------------------------------------------------------------- subset files
+def select_document(ids: list[str]) -> dict:
+    from bayes_microbench.commands.select import subset_document
+
+    return subset_document(
+        selector="random",
+        seed=0,
+        source="bench.csv",
+        item_ids=ids,
+        subtasks=["s"] * len(ids),
+        weights=np.full(len(ids), 1 / len(ids)),
+        info={},
+    )
+
+
+def test_subset_reads_what_select_writes_and_what_mdad_read(tmp_path):
+    from bayes_microbench.commands.mdad import read_subset as old_read_subset
+
+    files = {
+        "s.json": json.dumps(select_document(["gpqa:1", "gpqa:7"]), indent=2),
+        "plain.txt": "gpqa:1\n\n gpqa:7 \n",
+        "header.txt": "item\ngpqa:1\ngpqa:7\n",
+        "table.csv": "subtask,item,weight\ns,gpqa:1,0.5\ns,gpqa:7,0.5\n",
+    }
+    for name, text in files.items():
+        path = write(tmp_path / name, text)
+        assert read_subset(path) == ["gpqa:1", "gpqa:7"] == old_read_subset(str(path)), name
+    # CSV quoting is honoured: an id holding a comma
+    assert read_subset(write(tmp_path / "q.csv", 'item\n"a,b"\nc\n')) == ["a,b", "c"]
+
+
+BAD_SUBSETS = [
+    (b"", "s.txt", r"names no items"),
+    (b"\n  \n", "s.txt", r"names no items"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", "s.txt", r"binary data"),
+    ("caf\xe9\n".encode("latin-1"), "s.txt", r"not UTF-8 text"),
+    (b'{"item_ids": ["a",', "s.json", r"not valid JSON \(.* at line 1"),
+    (b'["a", "b"]', "s.json", r"with an 'item_ids' list"),
+    (b'{"items": ["a"]}', "s.json", r"with an 'item_ids' list"),
+    (b'{"item_ids": []}', "s.json", r"names no items"),
+    (b'{"item_ids": ["a", null]}', "s.json", r"item_ids\[1\] is null"),
+    (b'{"item_ids": ["a", ""]}', "s.json", r"item_ids\[1\] is \"\""),
+    (b'item\n"a\nb\n', "s.csv", r"line 2: not readable as CSV"),
+    (b"item,subtask\na,s\nb\n", "s.csv", r"line 3: 1 cells, but the header"),
+    (b"id,subtask\na,s\n", "s.csv", r"needs an 'item' column"),
+    (b"item\na\nNA\n", "s.csv", r"line 3: blank item id"),
+    (b"a\nb\na\n", "s.txt", r"duplicate item ids \['a'\]"),
+    (b'{"item_ids": ["a", "a"]}', "s.json", r"duplicate item ids \['a'\]"),
+]
+
+
+@pytest.mark.parametrize(("data", "name", "message"), BAD_SUBSETS)
+def test_malformed_subset_is_one_line(tmp_path, data, name, message):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(UserInputError, match=message) as err:
+        read_subset(path)
+    assert str(err.value).startswith(str(path))
+    one_line(err.value)
+
+
+def test_subset_folder_and_missing_file(tmp_path):
+    with pytest.raises(UserInputError, match="is a folder"):
+        read_subset(tmp_path)
+    with pytest.raises(UserInputError, match="no such subset file"):
+        read_subset(tmp_path / "nope.json")
 
 
 # ------------------------------------------------------- each drop is said once
@@ -509,6 +579,29 @@ def test_random_csv_text_through_the_cli_is_exit_0_or_one_line_exit_2(tmp_path_f
     assert rc in (0, 2), err.getvalue()
     if rc == 2:
         assert len(lines) == 1 and lines[0].startswith("bayes-microbench: error: "), lines
+
+
+@SETTINGS
+@given(
+    data=st.one_of(
+        st.binary(max_size=60),
+        raw_text.map(str.encode),
+        st.lists(st.one_of(ids, st.none(), st.integers(), st.booleans()), max_size=4).map(
+            lambda v: json.dumps({"item_ids": v}).encode()
+        ),
+    ),
+    suffix=st.sampled_from([".json", ".txt", ".csv"]),
+)
+def test_any_subset_file_gives_unique_ids_or_one_line(tmp_path_factory, data, suffix):
+    path = fresh(tmp_path_factory, f"s{suffix}")
+    path.write_bytes(data)
+    try:
+        got = read_subset(path)
+    except UserInputError as err:
+        one_line(err)
+        return
+    assert got and len(set(got)) == len(got)
+    assert all(isinstance(i, str) and not is_blank(i) for i in got)
 
 
 @st.composite
