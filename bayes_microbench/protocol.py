@@ -65,6 +65,7 @@ from .io import write_atomic
 from .mdad import (
     DEFAULT_THRESHOLD,
     bin_shares,
+    check_threshold,
     mdad_from_pairs,
     mdad_from_table,
     monotone_from_table,
@@ -564,8 +565,7 @@ def validate_grid(
         )
     if config.runs < 1:
         raise ConfigurationError(f"--runs must be at least 1, got {config.runs}")
-    if not 0.0 < config.threshold < 1.0:
-        raise ConfigurationError(f"--threshold must lie in (0, 1), got {config.threshold}")
+    check_threshold(config.threshold, "--threshold")
 
 
 def cell_stem(selector: str, n_items: int, n_sources: int) -> str:
@@ -590,6 +590,152 @@ def _write_json(path: Path, obj: Any) -> None:
     write_atomic(path, lambda t: t.write_text(json.dumps(_json_safe(obj), indent=2) + "\n"))
 
 
+def selector_settings(name: str) -> dict[str, Any]:
+    """The settings a selector runs with: its public attributes, plain values as they are.
+
+    Parameters
+    ----------
+    name
+        A registered selector name, or ``random-analytic`` (no settings).
+
+    Returns
+    -------
+    dict
+        Attribute name to value; a value that is not a plain number, text or
+        list of them is recorded by its type name.
+
+    Why: a cell's numbers depend on them, so a resumed cell must have been computed with the same.
+    """
+    if name == ANALYTIC_NAME:
+        return {}
+    from .selectors import get_selector
+
+    selector = get_selector(name)
+    found = {"name": getattr(selector, "name", name)}
+    found.update({k: v for k, v in vars(selector).items() if not k.startswith("_")})
+    return {k: _plain(v) for k, v in sorted(found.items())}
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple) and all(
+        v is None or isinstance(v, bool | int | float | str) for v in value
+    ):
+        return list(value)
+    return f"<{type(value).__name__}>"
+
+
+def cell_settings(
+    design: dict[str, Any], selector: str, n_items: int, n_sources: int
+) -> dict[str, Any]:
+    """Everything a cell's numbers depend on, as its file records it.
+
+    The grid's design (protocol version, data fingerprint and shape, targets,
+    runs, seed, threshold, target group) and the cell's own selector, selector
+    settings, subset size and source count. A rerun reuses a cell only when its
+    recorded settings equal these (:func:`evaluate_grid`).
+    """
+    return _json_safe(
+        {
+            **design,
+            "selector": selector,
+            "selector_settings": selector_settings(selector),
+            "subset_size": int(n_items),
+            "source_llms": int(n_sources),
+        }
+    )
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def read_cell(path: Path) -> dict[str, Any]:
+    """A cell file of an ``evaluate`` folder, checked; a damaged one is a user error naming it.
+
+    Returns
+    -------
+    dict
+        ``metrics`` (dict), ``mdad`` (list of rows) and, from this version on,
+        ``settings`` and ``pairs_sha256``.
+    """
+    todo = "delete it and rerun the same 'evaluate' command to recompute that cell"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{path}: cannot be read ({err}); {todo}") from None
+    if not text.strip():
+        raise UserInputError(f"{path}: the cell file is empty (an interrupted write?); {todo}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserInputError(
+            f"{path}: not valid JSON ({err.msg} at line {err.lineno}); {todo}"
+        ) from None
+    rows = data.get("mdad") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("metrics"), dict)
+        or not isinstance(rows, list)
+        or not all(isinstance(r, dict) and set(MDAD_COLUMNS) <= set(r) for r in rows)
+    ):
+        raise UserInputError(
+            f"{path}: not a cell file of 'bayes-microbench evaluate' (it needs 'metrics' and "
+            f"'mdad' rows with {', '.join(MDAD_COLUMNS)}); {todo}"
+        )
+    for row in rows:
+        for col in ("mdad", "mdad_lower", "mdad_upper"):
+            v = row[col]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+                raise UserInputError(f"{path}: {col} is {v!r}, not a number; {todo}")
+        if not isinstance(row["reached"], bool):
+            raise UserInputError(f"{path}: reached is {row['reached']!r}, not true/false; {todo}")
+    return data
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _reusable(out: Path, stem: str, settings: dict[str, Any], *, with_pairs: bool) -> bool:
+    """Whether the cell ``stem`` in ``out`` can be reused; refuses one of other settings."""
+    path = out / "cells" / f"{stem}.json"
+    if not path.exists():
+        return False
+    data = read_cell(path)
+    recorded = data.get("settings")
+    if not isinstance(recorded, dict):
+        raise UserInputError(
+            f"--output {out}: cells/{stem}.json was written by an older version of "
+            "bayes-microbench and does not record the settings it was computed with; "
+            "rerun with a new --output"
+        )
+    differ = [
+        k for k in sorted(set(recorded) | set(settings)) if recorded.get(k) != settings.get(k)
+    ]
+    if differ:
+        shown = ", ".join(
+            f"{k} ({_shown(recorded.get(k))} there, {_shown(settings.get(k))} now)" for k in differ
+        )
+        raise UserInputError(
+            f"--output {out}: cells/{stem}.json was computed with other settings: {shown}; "
+            "rerun with a new --output or the same settings"
+        )
+    if not with_pairs:
+        return True
+    pairs = out / "pairs" / f"{stem}.parquet"
+    if not pairs.exists():
+        return False  # written before its cell file; the cell is recomputed
+    if _sha256(pairs) != data.get("pairs_sha256"):
+        raise UserInputError(
+            f"{pairs}: does not match cells/{stem}.json (damaged, or copied from another run); "
+            "delete both and rerun the same 'evaluate' command to recompute that cell"
+        )
+    return True
+
+
 @dataclass
 class GridReport:
     """What :func:`evaluate_grid` did and where its outputs are."""
@@ -603,6 +749,32 @@ class GridReport:
     skipped_analytic: str | None = None
 
 
+def _check_previous_config(out: Path, design: dict[str, Any]) -> None:
+    cfg_path = out / "config.json"
+    if not cfg_path.exists():
+        return
+    try:
+        previous = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as err:
+        raise UserInputError(
+            f"{cfg_path}: unreadable ({err}); delete it to resume (each cell records its own "
+            "settings), or choose a new --output"
+        ) from None
+    before = previous.get("design") if isinstance(previous, dict) else None
+    if not isinstance(before, dict):
+        raise UserInputError(
+            f"{cfg_path}: not the config.json of 'bayes-microbench evaluate' (no 'design'); "
+            "delete it to resume (each cell records its own settings), or choose a new --output"
+        )
+    now = _json_safe(design)
+    if before != now:
+        changed = sorted(k for k in set(now) | set(before) if now.get(k) != before.get(k))
+        raise UserInputError(
+            f"--output {out}: holds results of a different configuration (differs in "
+            f"{', '.join(changed)}); use a new folder, or the same data and settings to resume"
+        )
+
+
 def evaluate_grid(
     responses: Responses,
     config: GridConfig,
@@ -612,12 +784,29 @@ def evaluate_grid(
 ) -> GridReport:
     """Run (or resume) an evaluation grid and write its outputs to ``output``.
 
-    Writes ``config.json`` first; then, per finished cell,
-    ``pairs/<cell>.parquet`` (the per-pair table) and ``cells/<cell>.json``
-    (metrics and MDAD), each atomically, the JSON last; and at the end
-    ``mdad.csv`` and ``metrics.parquet`` for the whole grid. A rerun skips
-    cells whose JSON exists; it refuses a folder whose ``config.json`` has a
-    different design (data, runs, targets, seed, threshold, target group).
+    Per finished cell: ``pairs/<cell>.parquet`` (the per-pair table) and
+    ``cells/<cell>.json`` (metrics, MDAD, the settings it was computed with
+    and the pairs file's SHA-256), each atomically, the JSON last. At the end,
+    all or nothing (:mod:`bayes_microbench._outputs`): ``config.json``,
+    ``mdad.csv`` and ``metrics.parquet`` for the whole grid, removing a
+    ``report`` drawn from earlier results.
+
+    A rerun reuses a cell only when its recorded settings equal this run's
+    (:func:`cell_settings`); a cell of other settings, of an older version
+    without settings, or damaged is a user error naming the file, never
+    silently reused or recomputed. A ``config.json`` of a different design is
+    refused too.
+
+    Parameters
+    ----------
+    responses
+        The full response matrix.
+    config
+        The grid.
+    output
+        The output folder (made if absent).
+    progress
+        Show a progress bar over runs (only where stderr is a terminal).
 
     Returns
     -------
@@ -634,40 +823,34 @@ def evaluate_grid(
     n_seen = int((np.bincount(codes) // 2).sum())
     validate_grid(config, responses, n_seen, None if fixed is None else len(fixed))
     design = config.design(responses, fixed)
-    cfg_path = out / "config.json"
-    if cfg_path.exists():
-        try:
-            previous = json.loads(cfg_path.read_text())
-        except json.JSONDecodeError:
-            raise UserInputError(
-                f"--output {out}: config.json is unreadable; choose a new folder"
-            ) from None
-        if previous.get("design") != _json_safe(design):
-            changed = sorted(
-                k
-                for k in set(design) | set(previous.get("design", {}))
-                if _json_safe(design).get(k) != previous.get("design", {}).get(k)
-            )
-            raise UserInputError(
-                f"--output {out}: holds results of a different configuration (differs in "
-                f"{', '.join(changed)}); use a new folder, or the same data and settings to resume"
-            )
-    from . import __version__
-
-    _write_json(
-        cfg_path,
-        {
-            "design": design,
-            "grid": {
-                "selectors": list(config.selectors),
-                "sizes": list(config.sizes),
-                "source_llms": list(config.source_llms),
-                "analytic": config.analytic,
-            },
-            "responses": {"benchmark": responses.benchmark, "n_seen_items": n_seen},
-            "package_version": __version__,
-        },
-    )
+    _check_previous_config(out, design)
+    report = GridReport(out)
+    todo: list[tuple[str, int, list[int]]] = []
+    for sel in config.selectors:
+        for src in config.source_llms:
+            pending = []
+            for n in config.sizes:
+                stem = cell_stem(sel, n, src)
+                if _reusable(out, stem, cell_settings(design, sel, n, src), with_pairs=True):
+                    report.reused.append(stem)
+                else:
+                    pending.append(int(n))
+            if pending:
+                todo.append((sel, int(src), pending))
+    analytic_pending: list[int] = []
+    if config.analytic and "random" in config.selectors:
+        for n in config.sizes:
+            ok = [
+                _reusable(
+                    out,
+                    cell_stem(ANALYTIC_NAME, n, s),
+                    cell_settings(design, ANALYTIC_NAME, n, s),
+                    with_pairs=False,
+                )
+                for s in config.source_llms
+            ]
+            if not all(ok):
+                analytic_pending.append(int(n))
     designs = design_runs(
         responses.n_llms,
         codes,
@@ -676,22 +859,7 @@ def evaluate_grid(
         random_seed=config.seed,
         fixed_targets=fixed,
     )
-    report = GridReport(out)
     cells_dir, pairs_dir = out / "cells", out / "pairs"
-    todo: list[tuple[str, int, list[int]]] = []
-    for sel in config.selectors:
-        for src in config.source_llms:
-            pending = []
-            for n in config.sizes:
-                stem = cell_stem(sel, n, src)
-                if (cells_dir / f"{stem}.json").exists() and (
-                    pairs_dir / f"{stem}.parquet"
-                ).exists():
-                    report.reused.append(stem)
-                else:
-                    pending.append(int(n))
-            if pending:
-                todo.append((sel, int(src), pending))
     bar = _progress(progress, total=len(todo) * config.runs)
     try:
         for sel, src, sizes in todo:
@@ -709,7 +877,8 @@ def evaluate_grid(
             per_cell = (time.perf_counter() - t0) / len(cells)
             for cell in cells:
                 cell.metrics["seconds"] = per_cell
-                _save_cell(cells_dir, pairs_dir, cell)
+                settings = cell_settings(design, cell.selector, cell.n_items, cell.n_source_llms)
+                _save_cell(cells_dir, pairs_dir, cell, settings)
                 report.computed.append(cell_stem(cell.selector, cell.n_items, cell.n_source_llms))
                 logger.info(
                     "%s n=%d sources=%d: agreement %.3f, MDAD %s",
@@ -723,8 +892,23 @@ def evaluate_grid(
         if bar is not None:
             bar.close()
     if config.analytic and "random" in config.selectors:
-        report.skipped_analytic = _analytic_cells(responses, designs, config, cells_dir, report)
-    _assemble(out, config, report)
+        report.skipped_analytic = _analytic_cells(
+            responses, designs, config, design, analytic_pending, cells_dir, report
+        )
+    from . import __version__
+
+    config_doc = {
+        "design": design,
+        "grid": {
+            "selectors": list(config.selectors),
+            "sizes": list(config.sizes),
+            "source_llms": list(config.source_llms),
+            "analytic": config.analytic,
+        },
+        "responses": {"benchmark": responses.benchmark, "n_seen_items": n_seen},
+        "package_version": __version__,
+    }
+    _assemble(out, config, config_doc, report)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -733,24 +917,21 @@ def _analytic_cells(
     responses: Responses,
     designs: list[RunDesign],
     config: GridConfig,
+    design: dict[str, Any],
+    pending: list[int],
     cells_dir: Path,
     report: GridReport,
 ) -> str | None:
-    """Write ``random-analytic`` cells (one computation for all source counts)."""
-    pending = [
-        n
-        for n in config.sizes
-        if not all(
-            (cells_dir / f"{cell_stem(ANALYTIC_NAME, n, s)}.json").exists()
-            for s in config.source_llms
-        )
-    ]
+    """Write the ``pending`` sizes' ``random-analytic`` cells (one computation for all source
+    counts); returns why they were skipped, or None."""
     if np.isnan(responses.values).any():
         reason = "the responses have missing cells (the exact formula needs complete data)"
         logger.info("random-analytic skipped: %s", reason)
         return reason
     if not pending:
         return None
+    from . import __version__
+
     rows = analytic_rows(
         responses, designs, pending, random_seed=config.seed, threshold=config.threshold
     )
@@ -770,20 +951,48 @@ def _analytic_cells(
                 {k: v for k, v in r.items() if k != "agreement"} | {"n_source_llms": src}
                 for r in pair
             ]
-            _write_json(cells_dir / f"{stem}.json", {"metrics": metrics, "mdad": mdad_rows})
+            _write_json(
+                cells_dir / f"{stem}.json",
+                {
+                    "metrics": metrics,
+                    "mdad": mdad_rows,
+                    "settings": cell_settings(design, ANALYTIC_NAME, n, src),
+                    "package_version": __version__,
+                },
+            )
             report.computed.append(stem)
     return None
 
 
-def _save_cell(cells_dir: Path, pairs_dir: Path, cell: CellResult) -> None:
+def _save_cell(
+    cells_dir: Path, pairs_dir: Path, cell: CellResult, settings: dict[str, Any]
+) -> None:
+    from . import __version__
+
     stem = cell_stem(cell.selector, cell.n_items, cell.n_source_llms)
     pairs = cell.pairs
     assert pairs is not None
-    write_atomic(pairs_dir / f"{stem}.parquet", lambda t: pairs.to_parquet(t, index=False))
-    _write_json(cells_dir / f"{stem}.json", {"metrics": cell.metrics, "mdad": cell.mdad})
+    pairs_path = write_atomic(
+        pairs_dir / f"{stem}.parquet", lambda t: pairs.to_parquet(t, index=False)
+    )
+    _write_json(
+        cells_dir / f"{stem}.json",
+        {
+            "metrics": cell.metrics,
+            "mdad": cell.mdad,
+            "settings": settings,
+            "pairs_sha256": _sha256(pairs_path),
+            "package_version": __version__,
+        },
+    )
 
 
-def _assemble(out: Path, config: GridConfig, report: GridReport) -> None:
+def _assemble(
+    out: Path, config: GridConfig, config_doc: dict[str, Any], report: GridReport
+) -> None:
+    """The grid's aggregate files, all or nothing, from its cell files."""
+    from ._outputs import REPORT_FILES, output_set
+
     selectors = list(config.selectors)
     if config.analytic and "random" in selectors and report.skipped_analytic is None:
         selectors.insert(selectors.index("random") + 1, ANALYTIC_NAME)
@@ -792,8 +1001,7 @@ def _assemble(out: Path, config: GridConfig, report: GridReport) -> None:
     for sel in selectors:
         for src in config.source_llms:
             for n in config.sizes:
-                path = out / "cells" / f"{cell_stem(sel, n, src)}.json"
-                data = json.loads(path.read_text())
+                data = read_cell(out / "cells" / f"{cell_stem(sel, n, src)}.json")
                 mdad_rows.extend(data["mdad"])
                 metric_rows.append(data["metrics"])
     mdad = pd.DataFrame(mdad_rows, columns=MDAD_COLUMNS)
@@ -803,8 +1011,12 @@ def _assemble(out: Path, config: GridConfig, report: GridReport) -> None:
     metrics = pd.DataFrame(metric_rows)
     if "seconds" in metrics:
         metrics = metrics.drop(columns="seconds")  # timing is not a result (keeps reruns identical)
-    write_atomic(out / "mdad.csv", lambda t: mdad.to_csv(t, index=False, float_format="%.6g"))
-    write_atomic(out / "metrics.parquet", lambda t: metrics.to_parquet(t, index=False))
+    text = json.dumps(_json_safe(config_doc), indent=2) + "\n"
+    # a report drawn from the previous mdad.csv would contradict the new one
+    with output_set(out, stale=REPORT_FILES) as files:
+        files.write("config.json", lambda t: t.write_text(text, encoding="utf-8"))
+        files.write("mdad.csv", lambda t: mdad.to_csv(t, index=False, float_format="%.6g"))
+        files.write("metrics.parquet", lambda t: metrics.to_parquet(t, index=False))
     report.mdad, report.metrics = mdad, metrics
 
 
@@ -813,4 +1025,5 @@ def _progress(enabled: bool, total: int) -> Any:
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="evaluate (runs)", unit="run", leave=False)
+    # disable=None: no bar where stderr is not a terminal (a log file, a pipe, CI)
+    return tqdm(total=total, desc="evaluate (runs)", unit="run", leave=False, disable=None)

@@ -6,8 +6,10 @@ split, mdad, mdad_lower, mdad_upper, reached; points 0-100), ``metrics.parquet``
 ``pairs/*.parquet`` (the per-pair table, one file per cell; read the folder
 with ``pandas.read_parquet(DIR / "pairs")``), ``cells/*.json`` and
 ``config.json``. Rerunning the same command resumes: finished cells are not
-recomputed. Sizes larger than the seen items (half of each subtask) are an
-error.
+recomputed. Each cell file records the settings it was computed with (data,
+seed, runs, targets, threshold, selector); a rerun with other settings into the
+same folder is an error, never a silent reuse. Sizes larger than the seen items
+(half of each subtask) are an error.
 """
 
 from __future__ import annotations
@@ -80,8 +82,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._validate import check_positive_int, check_probability, parse_int_list
+    from .._validate import check_positive_int, parse_int_list
     from ..io import load_responses
+    from ..mdad import check_threshold
     from ..protocol import GridConfig, evaluate_grid
 
     selectors = tuple(s.strip() for s in args.selectors.split(",") if s.strip())
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         target_llms=check_positive_int(args.target_llms, "--target-llms", minimum=2),
         runs=check_positive_int(args.runs, "--runs"),
         seed=args.seed,
-        threshold=check_probability(args.threshold, "--threshold"),
+        threshold=check_threshold(args.threshold, "--threshold"),
         target_group=args.target_group,
         analytic=not args.no_analytic,
     )
