@@ -441,6 +441,7 @@ def design_curves(
     random_seed: int | None = 0,
     draws: ItemDraws | None = None,
     progressbar: bool = False,
+    min_draws: int | None = None,
 ) -> xr.Dataset:
     """P(correct ranking | gap, design) curves with credible bands, and the Bayesian MDAD.
 
@@ -475,7 +476,11 @@ def design_curves(
     draws
         Precomputed item draws (skips extraction).
     progressbar
-        Show a progress bar over draws.
+        Show a progress bar over draws (off where stderr is not a terminal).
+    min_draws
+        Fewest posterior draws the bands and intervals may rest on (default:
+        the posterior's requirement; see
+        :meth:`~bayes_microbench.scoring.ItemDraws.check_interval_draws`).
 
     Returns
     -------
@@ -494,6 +499,7 @@ def design_curves(
         raise UserInputError("gaps must lie in [0, 100] points")
     if draws is None:
         draws = item_draws(posterior, max_draws=max_draws)
+    draws.check_interval_draws(min_draws)
     if items is not None:
         draws = draws.subset(draws.index_of(list(items), where="benchmark items"))
     if design is None:
@@ -718,6 +724,7 @@ def plan(
     max_sizes: int = MAX_PLAN_SIZES,
     random_seed: int | None = 0,
     draws: ItemDraws | None = None,
+    min_draws: int | None = None,
 ) -> xr.Dataset:
     """Smallest subset size that ranks a pair ``delta`` points apart correctly with ``prob``.
 
@@ -759,6 +766,10 @@ def plan(
         Seed; the same seed gives identical outputs.
     draws
         Precomputed item draws (skips extraction).
+    min_draws
+        Fewest posterior draws the intervals may rest on (default: the
+        posterior's requirement; see
+        :meth:`~bayes_microbench.scoring.ItemDraws.check_interval_draws`).
 
     Returns
     -------
@@ -777,6 +788,7 @@ def plan(
         raise UserInputError(f"delta must be a gap in points in (0, 100], got {delta}")
     if draws is None:
         draws = item_draws(posterior, max_draws=max_draws)
+    draws.check_interval_draws(min_draws)
     if items is not None:
         draws = draws.subset(draws.index_of(list(items), where="benchmark items"))
     n_b = draws.n_items

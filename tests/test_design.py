@@ -154,7 +154,7 @@ def test_cli_mdad_and_plan(world, tmp_path, capsys):
     p = _write_posterior(tmp_path / "post.nc", post)
     out = tmp_path / "out"
     args = ["mdad", "--posterior", str(p), "--sizes", "10,40", "--output", str(out)]
-    assert main([*args, "--max-draws", "20", "--quiet"]) == 0
+    assert main([*args, "--max-draws", "100", "--quiet"]) == 0
     table = pd.read_csv(out / "mdad.csv")
     assert list(table.columns) == [
         "selector",
@@ -174,6 +174,6 @@ def test_cli_mdad_and_plan(world, tmp_path, capsys):
     assert main([*args, "--threshold", "1.2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "nope" in err[0] and "999" in err[1] and "threshold" in err[2]
-    assert main(["plan", "--posterior", str(p), "--delta", "5", "--max-draws", "20", "--json"]) == 0
+    assert main(["plan", "--posterior", str(p), "--delta", "5", "--max-draws", "100", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["n_items"] is not None and [r["gap"] for r in plan["table"]] == [1, 2, 3, 5, 10]

@@ -281,7 +281,7 @@ def test_cli_fit_2pl_md_map_and_refusals(tmp_path, capsys):
     assert canonical_correlations(ability, truth["ability"])[1] > 0.8
     # bad values: one line, exit 2, nothing written
     assert main([*base, "--model", "2pl-md", "--dims", "0"]) == 2
-    assert "--dims must be a whole number >= 1" in capsys.readouterr().err
+    assert "argument --dims: expected a whole number of at least 1" in capsys.readouterr().err
     assert main([*base, "--model", "2pl", "--dims", "3"]) == 2
     assert "--dims applies only to --model 2pl-md" in capsys.readouterr().err
     assert main([*base, "--model", "2pl-md", "--dims", "100"]) == 2

@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
                 "model": fit.model,
                 "method": fit.sampler.method,
                 "converged": fit.converged,
+                "problems": fit.convergence_problems(),
                 "diagnostics": None if diag is None else diag.to_dict(),
                 "ppc": ppc.summary,
             }
@@ -97,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_checked(row: dict[str, Any]) -> None:
     diag, ppc = row["diagnostics"], row["ppc"]
-    if diag is None:
+    if diag is None and row["converged"] is False:
+        fit = f"{row['method']}, NOT converged: {'; '.join(row['problems'])}"
+    elif diag is None:
         fit = f"{row['method']} (an approximation: no convergence diagnostics)"
     elif row["converged"]:
         fit = (

@@ -24,6 +24,40 @@ from ..exceptions import ConfigurationError
 logger = logging.getLogger(__name__)
 
 
+#: Fewest posterior draws a posterior predictive check uses: its p-values move in steps
+#: of 1 / draws, and one outside [0.05, 0.95] needs at least 20 to be seen at all.
+MIN_PPC_DRAWS = 20
+#: Fewest posterior draws of a PSIS-LOO: the Pareto fit of each cell's weights uses the
+#: largest ``min(S / 5, 3 sqrt(S))`` of them (30 of 100), and ``psis_weights`` compares
+#: the largest ``FLAT_TOP``.
+MIN_LOO_DRAWS = 100
+
+
+def _require_draws(fit: Any, max_draws: int, need: int, what: str) -> None:
+    """One line refusing ``what`` when fewer than ``need`` posterior draws would be used.
+
+    Why: a MAP fit has one draw, on which a predictive p-value is 0, 0.5 or 1 and
+    the Pareto smoothing of LOO fails (numpy's "kth out of bounds").
+    """
+    post = fit.posterior
+    total = int(post.sizes["chain"] * post.sizes["draw"])
+    used = len(range(0, total, max(1, int(np.ceil(total / max_draws)))))
+    if used >= need:
+        return
+    name = str(getattr(fit, "path", "this posterior"))
+    if total < need:
+        kind = " (a MAP point estimate)" if total == 1 else ""
+        raise ConfigurationError(
+            f"{name}: has {total} posterior draw(s){kind}; {what} needs at least {need}: "
+            "check a fit with draws ('bayes-microbench fit --method nuts', or --method "
+            "laplace / pathfinder for an approximate one)"
+        )
+    raise ConfigurationError(
+        f"--max-draws {max_draws}: {what} of {name} would use {used} of its {total} draws; "
+        f"it needs at least {need}: use --max-draws {need} or more"
+    )
+
+
 def _draws(post: xr.Dataset, max_draws: int) -> dict[str, np.ndarray]:
     """Item/llm parameters stacked over (chain, draw), thinned to at most ``max_draws``."""
     if "ability" not in post:
@@ -107,9 +141,15 @@ def posterior_predictive_check(
         correct vs replicated; raw scores (number correct per llm): the sorted
         score curve and the score sd, each with its p-value. A p-value near 0
         or 1 flags misfit; ``summary`` counts llms/items outside [0.05, 0.95].
+
+    Raises
+    ------
+    ConfigurationError
+        Fewer than :data:`MIN_PPC_DRAWS` draws would be used (e.g. a MAP fit).
     """
     y = _observed(fit)
     obs = ~np.isnan(y)
+    _require_draws(fit, max_draws, MIN_PPC_DRAWS, "a posterior predictive check")
     d = _draws(fit.posterior, max_draws)
     n_s = d["ability"].shape[0]
     rng = np.random.default_rng(random_seed)
@@ -298,11 +338,14 @@ def loo(fit: Any, *, max_draws: int = 400) -> Any:
     """PSIS-LOO over observed cells (``arviz_stats.loo``), returned as its ``ELPDData``.
 
     The weights come from :func:`psis_weights` (cells at a 3PL floor included).
+    Fewer than :data:`MIN_LOO_DRAWS` draws (a MAP fit has one) are refused with
+    one line (:class:`ConfigurationError`).
     """
     import warnings
 
     import arviz_stats as azs
 
+    _require_draws(fit, max_draws, MIN_LOO_DRAWS, "PSIS-LOO")
     tree = log_likelihood(fit, max_draws=max_draws)
     log_w, k, reff = psis_weights(tree)
     with warnings.catch_warnings(record=True) as caught:

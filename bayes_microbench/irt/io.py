@@ -222,7 +222,7 @@ def load_posterior(
         )
     if not p.exists():
         raise IncompatibleArtifactError(
-            f"{p}: no such posterior file; fit one with 'bayes-microbench fit --output {p}'"
+            f"{p}: no such file; fit a posterior with 'bayes-microbench fit --output {p}'"
         )
     try:
         tree = xr.open_datatree(p, engine=_engine())

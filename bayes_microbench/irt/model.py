@@ -433,7 +433,6 @@ class IRTModel:
                 "off: raise optimizer_iterations, or use method='nuts'"
             )
             if method != "advi":  # ADVI warns on its own (irt.approx.advi)
-                logger.warning(msg)
                 warnings.warn(msg, ConvergenceWarning, stacklevel=2)
         if method == "nuts":
             self.diagnostics = summarize(self.posterior, self.idata["sample_stats"].to_dataset())
