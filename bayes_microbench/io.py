@@ -455,6 +455,19 @@ def write_atomic(path: str | os.PathLike[str], writer: Callable[[Path], object])
     return Path(path)
 
 
+def _quoting(frame: pd.DataFrame) -> int:
+    """Quote every field when some text holds a carriage return, else only where needed.
+
+    The csv writer leaves a lone ``\\r`` unquoted while every CSV reader ends the row
+    there, so such a label would not read back.
+    """
+    texts = [*map(str, frame.columns)]
+    for col in frame.columns:
+        if frame[col].dtype == object or pd.api.types.is_string_dtype(frame[col].dtype):
+            texts.extend(str(v) for v in frame[col].dropna())
+    return csv.QUOTE_ALL if any("\r" in t for t in texts) else csv.QUOTE_MINIMAL
+
+
 def save_responses(responses: Responses, path: str | os.PathLike[str]) -> list[Path]:
     """Write ``responses`` as a wide CSV plus ``NAME.items.csv`` (and ``NAME.confidence.csv``).
 
@@ -486,5 +499,5 @@ def save_responses(responses: Responses, path: str | os.PathLike[str]) -> list[P
     with contextlib.ExitStack() as stack:
         tmps = [(stack.enter_context(atomic_path(dest)), frame) for dest, frame in jobs]
         for tmp, frame in tmps:
-            frame.to_csv(tmp, index=False)
+            frame.to_csv(tmp, index=False, quoting=_quoting(frame))
     return [dest for dest, _ in jobs]
