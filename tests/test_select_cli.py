@@ -85,7 +85,7 @@ def test_select_from_posterior_random_bayesian_and_frequentist():
 
 
 def test_select_json_feeds_mdad_subset(tmp_path, capsys):
-    from bayes_microbench.commands.mdad import read_subset
+    from bayes_microbench.io import read_subset
 
     resp = simulate_responses("gpqa", n_llms=30, n_items=40, random_seed=0)
     path = save_responses(resp, tmp_path / "bench.csv")[0]
@@ -101,4 +101,11 @@ def test_select_json_feeds_mdad_subset(tmp_path, capsys):
     assert main([*bad, "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'item_ids' list" in err[0]
+    assert not (tmp_path / "o").exists()
+    # a CSV subset with an unclosed quote was an internal error (exit 1) through mdad
+    (tmp_path / "quote.csv").write_text('item\na,"b\n')
+    quote = ["mdad", "--posterior", posterior, "--subset", str(tmp_path / "quote.csv")]
+    assert main([*quote, "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "quote.csv" in err[0]
     assert not (tmp_path / "o").exists()

@@ -56,50 +56,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def read_subset(path: str) -> list[str]:
-    """Item ids from a file: the JSON ``select`` writes, one id per line, or a CSV with an ``item`` column."""
-    import pandas as pd
-
-    from ..exceptions import UserInputError
-
-    f = Path(path)
-    if not f.is_file():
-        raise UserInputError(f"{f}: no such subset file")
-    lines = [ln.strip() for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    if not lines:
-        raise UserInputError(f"{f}: the subset file names no items")
-    if f.suffix.lower() == ".json":
-        import json
-
-        try:
-            doc = json.loads(f.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise UserInputError(f"{f}: not valid JSON ({err.msg} at line {err.lineno})") from None
-        ids = doc.get("item_ids") if isinstance(doc, dict) else None
-        if not isinstance(ids, list) or not ids:
-            raise UserInputError(
-                f"{f}: expected the JSON 'bayes-microbench select' writes, with an 'item_ids' list"
-            )
-        return [str(i) for i in ids]
-    if "," in lines[0]:
-        frame = pd.read_csv(f, dtype=str)
-        if "item" not in frame.columns:
-            raise UserInputError(
-                f"{f}: a CSV subset file needs an 'item' column (got {list(frame.columns)})"
-            )
-        return [str(v) for v in frame["item"].dropna()]
-    if lines[0] == "item":
-        lines = lines[1:]
-    return lines
-
-
 def run(args: argparse.Namespace) -> int:
-
     from .._outputs import REPORT_FILES, output_set
     from .._validate import parse_int_list
     from ..design import DEFAULT_SIZES, curves_tables, design_curves
     from ..exceptions import UserInputError
-    from ..io import load_responses
+    from ..io import load_responses, read_subset
     from ..mdad import check_threshold
     from ..scoring import read_posterior
 
