@@ -10,6 +10,7 @@ diagnostics are stored in the file) and exits 0.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import warnings
 
@@ -160,7 +161,22 @@ def run(args: argparse.Namespace) -> int:
     converged = model.converged is not False
     problems = model.convergence_problems()
     written = converged or args.allow_unconverged
+    calibration = None
     if written:
+        # the calibration score applies by default (irt.calibration): seconds, not minutes
+        import time
+
+        start = time.perf_counter()
+        try:
+            model.calibrate(random_seed=args.seed)
+        except UserInputError as err:
+            logging.getLogger(__name__).warning(
+                "no calibration saved with the posterior (%s); score will print the raw "
+                "model's intervals",
+                err,
+            )
+        else:
+            calibration = {"seconds": round(time.perf_counter() - start, 3)}
         model.save(out, items_only=args.items_only, thin=args.thin)
     result = {
         "model": args.model,
@@ -180,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         "output": str(out) if written else None,
         "notes": model.data.notes,
         "fit_info": model.fit_info,
+        "calibration": calibration,
     }
     if args.json:
         print_json(result)
