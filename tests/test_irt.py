@@ -566,7 +566,7 @@ def test_cli_check_ppc_and_loo_of_saved_fits(tmp_path, capsys):
         ([paths[0], str(tmp_path / "o.nc")], "other llms or items"),
         ([str(tmp_path / "items.nc")], "items-only artifact"),
         ([str(tmp_path / "absent.nc")], "no such file"),
-        ([paths[0], "--max-draws", "0"], "--max-draws must be at least 1"),
+        ([paths[0], "--max-draws", "0"], "--max-draws: expected a whole number of at least 1"),
     ]:
         assert main(["check", *bad, "--quiet"]) == 2
         err = capsys.readouterr().err
