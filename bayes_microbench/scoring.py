@@ -307,6 +307,11 @@ def _as_dataset(posterior: Any) -> xr.Dataset:
 
 
 def read_posterior(path: str) -> xr.Dataset:
+    """The ``posterior`` group of a saved posterior file (see :func:`read_posterior_file`)."""
+    return read_posterior_file(path)[0]
+
+
+def read_posterior_file(path: str) -> tuple[xr.Dataset, Misfit | None]:
     """The ``posterior`` group of a saved IRT posterior file: the one loader of the commands.
 
     ``score``, ``mdad``, ``plan`` and ``select --posterior`` read their posterior
@@ -316,6 +321,12 @@ def read_posterior(path: str) -> xr.Dataset:
     and the failed checks, and the returned Dataset carries the file's name and
     its interval requirement (:data:`MIN_INTERVAL_DRAWS`, see
     :meth:`ItemDraws.check_interval_draws`) in its attrs.
+
+    Returns
+    -------
+    (posterior, calibration)
+        The ``posterior`` Dataset and the :class:`Misfit` saved with it by
+        ``fit`` (``None`` for a file without one).
     """
     import warnings
     from pathlib import Path
@@ -348,7 +359,7 @@ def read_posterior(path: str) -> xr.Dataset:
                 stacklevel=2,
             )
         ds = _as_dataset(fitted.posterior)
-        return _mark_from_file(ds, p)
+        return _mark_from_file(ds, p), fitted.calibration
     try:
         tree = xr.open_datatree(p)
         tree.load()
@@ -361,7 +372,10 @@ def read_posterior(path: str) -> xr.Dataset:
         ) from None
     if "posterior" not in tree.children:
         raise UserInputError(f"{p}: no posterior group; fit one with 'bayes-microbench fit'")
-    return _mark_from_file(_as_dataset(tree), p)
+    calibration = None
+    if "calibration" in tree.children:
+        calibration = Misfit.from_dataset(tree["calibration"].to_dataset())
+    return _mark_from_file(_as_dataset(tree), p), calibration
 
 
 def _mark_from_file(ds: xr.Dataset, path: Any) -> xr.Dataset:

@@ -6,17 +6,21 @@ predictive of its accuracy on every item of the posterior, with a credible
 interval; beside it the Wilson interval of its subset accuracy.
 
 On real benchmarks the plain IRT predictive is overconfident about the
-unobserved items. ``--calibrate-with PATH`` (responses of the llms the
-posterior was fitted on, e.g. the benchmark file itself) calibrates it by
-item-split cross-validation on those llms (``scoring.estimate_misfit``,
-in-sample: a piecewise-linear recentring and rescaling in the IRT prediction
-and the empirical quantiles of the standardized residuals) and widens and
-recentres the intervals accordingly (split-conformal intervals).
+unobserved items. The interval printed is the calibrated one: ``fit`` saves
+with the posterior its calibration on the llms it was fitted on
+(``scoring.estimate_misfit`` by item-split cross-validation: a piecewise-linear
+recentring and rescaling in the IRT prediction and the empirical quantiles of
+the standardized residuals; split-conformal intervals), and ``score`` applies
+it. ``--calibrate-with PATH`` (responses of the llms the posterior was fitted
+on) estimates it afresh instead; ``--raw-model`` prints the raw model's
+interval. A posterior saved without calibration gives the raw interval, with a
+one-line warning saying how to add it.
 """
 
 from __future__ import annotations
 
 import argparse
+import warnings
 
 from ._common import (
     POSITIVE_INT,
@@ -48,6 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="responses of the llms the posterior was fitted on: recalibrate the intervals for misfit",
     )
+    p.add_argument(
+        "--raw-model",
+        action="store_true",
+        help="the raw model's interval, without the calibration saved with the posterior",
+    )
     add_seed(p)
     add_output_flags(p)
     p.set_defaults(func=run)
@@ -56,11 +65,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..exceptions import UserInputError
     from ..io import load_responses
-    from ..scoring import estimate_misfit, read_posterior, score
+    from ..scoring import estimate_misfit, read_posterior_file, score
 
-    posterior = read_posterior(args.posterior)
+    if args.raw_model and args.calibrate_with is not None:
+        raise UserInputError("--raw-model and --calibrate-with contradict each other; drop one")
+    posterior, saved = read_posterior_file(args.posterior)
     resp = load_responses(args.responses, args.items)
-    misfit = None
+    misfit = None if args.raw_model else saved
+    if misfit is None and not args.raw_model and args.calibrate_with is None:
+        warnings.warn(
+            f"{args.posterior} carries no calibration: the intervals are the raw model's, "
+            "which undercover on real benchmarks; refit it with 'bayes-microbench fit' "
+            "(which saves one) or pass --calibrate-with TRAINING_RESPONSES",
+            UserWarning,
+            stacklevel=1,
+        )
     if args.calibrate_with is not None:
         where = f"--calibrate-with {args.calibrate_with}"
         try:
@@ -71,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         n_min = int(train.observed.sum(axis=1).min())
         sizes = [n for n in (25, 50, 100, 200) if n <= n_min - 10] or [max(1, n_min // 2)]
         misfit = estimate_misfit(posterior, train, sizes=sizes, random_seed=args.seed, where=where)
+    kind = "raw" if misfit is None else "calibrated"
     res = score(
         posterior,
         resp,
@@ -101,13 +121,14 @@ def run(args: argparse.Namespace) -> int:
             {
                 "ci_prob": ci,
                 "n_benchmark_items": res.attrs["n_benchmark_items"],
+                "interval_kind": kind,
                 "misfit": str(res.attrs.get("misfit", "")),
                 "llms": rows,
             }
         )
         return 0
     n_bench = res.attrs["n_benchmark_items"]
-    print(f"full-benchmark accuracy over {n_bench} items, {ci:.0%} intervals")
+    print(f"full-benchmark accuracy over {n_bench} items, {ci:.0%} intervals ({kind})")
     width = max(len("llm"), *(len(str(r["llm"])) for r in rows))
     print(f"{'llm':<{width}}  n_obs  subset acc  bayes mean [interval]      wilson [interval]")
     for r in rows:

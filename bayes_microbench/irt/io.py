@@ -15,6 +15,11 @@ Root attrs: ``model``, ``config_json``, ``config_hash``, ``sampler_json``,
 ``format_version``, ``ability_population`` (``"normal(0,1)"``), ``items_only``,
 ``thin``, ``wall_seconds``.
 
+Group ``calibration`` (optional; :mod:`bayes_microbench.irt.calibration`): the
+:class:`~bayes_microbench.scoring.Misfit` of the posterior on the responses it
+was fitted on (``Misfit.to_dataset``), with its ``calibration_hash`` attr
+checked on load. Files without it still load (``calibration`` is then None).
+
 A ``2pl-md`` posterior has ``ability`` (chain, draw, llm, dim) and
 ``discrimination`` (chain, draw, item, dim), ``mdisc``, ``loading_sd`` (dim
 ``extra_dim``), posterior attrs ``anchors`` and ``n_dims``, and
@@ -37,6 +42,8 @@ from ..io import write_atomic
 from .config import FORMAT_VERSION, IRTConfig, SamplerConfig
 from .diagnostics import ConvergenceSummary
 
+CALIBRATION_GROUP = "calibration"
+
 
 def _engine() -> Literal["netcdf4", "h5netcdf"]:
     """netCDF4 when installed, else h5netcdf (which needs h5py)."""
@@ -46,7 +53,12 @@ def _engine() -> Literal["netcdf4", "h5netcdf"]:
 
 
 def save_posterior(
-    fit: Any, path: str | os.PathLike[str], *, items_only: bool = False, thin: int = 1
+    fit: Any,
+    path: str | os.PathLike[str],
+    *,
+    items_only: bool = False,
+    thin: int = 1,
+    calibration: Any = None,
 ) -> Path:
     """Write a fitted :class:`~bayes_microbench.irt.IRTModel` to ``path`` atomically.
 
@@ -61,6 +73,9 @@ def save_posterior(
         the small artifact for ``models/``.
     thin
         Keep every ``thin``-th draw.
+    calibration
+        A :class:`~bayes_microbench.scoring.Misfit` to store in the
+        ``calibration`` group (default: the fit's own ``calibration``, if any).
     """
     from .. import __version__
 
@@ -83,6 +98,9 @@ def save_posterior(
         if name == "posterior":
             ds = ds.astype({v: np.float32 for v in ds.data_vars})
         groups[name] = ds
+    misfit = calibration if calibration is not None else getattr(fit, "calibration", None)
+    if misfit is not None:
+        groups[CALIBRATION_GROUP] = _calibration_group(misfit)
     out = xr.DataTree.from_dict(groups)
     out.attrs.update(
         {
@@ -109,6 +127,35 @@ def save_posterior(
         f"/{name}": {v: {"zlib": True, "complevel": 4} for v in ds.data_vars}
         for name, ds in groups.items()
     }
+    return write_atomic(target, lambda tmp: out.to_netcdf(tmp, engine=_engine(), encoding=encoding))
+
+
+def _calibration_group(misfit: Any) -> xr.Dataset:
+    """A Misfit as the ``calibration`` group, with its hash in the attrs."""
+    from .calibration import calibration_hash
+
+    ds = misfit.to_dataset()
+    ds.attrs["calibration_hash"] = calibration_hash(ds)
+    return ds
+
+
+def add_calibration(path: str | os.PathLike[str], misfit: Any) -> Path:
+    """Write ``misfit`` into the saved posterior at ``path`` (replacing any), atomically.
+
+    Why: the shipped artifacts were fitted before posteriors carried their
+    calibration; this adds it without refitting (``build_models --calibrate``).
+    """
+    fitted = load_posterior(path)
+    tree = fitted.idata
+    groups = {name: tree[name].to_dataset() for name in tree.children if name != CALIBRATION_GROUP}
+    groups[CALIBRATION_GROUP] = _calibration_group(misfit)
+    out = xr.DataTree.from_dict(groups)
+    out.attrs.update(tree.attrs)
+    encoding = {
+        f"/{name}": {v: {"zlib": True, "complevel": 4} for v in ds.data_vars}
+        for name, ds in groups.items()
+    }
+    target = Path(path)
     return write_atomic(target, lambda tmp: out.to_netcdf(tmp, engine=_engine(), encoding=encoding))
 
 
@@ -148,6 +195,7 @@ class FittedIRT:
         self.items_only = bool(int(attrs.get("items_only", 0)))
         self.package_version = str(attrs.get("package_version", ""))
         self.wall_seconds = float(attrs.get("wall_seconds", 0.0))
+        self.calibration = _read_calibration(tree, path)
 
     @property
     def posterior(self) -> xr.Dataset:
@@ -192,6 +240,23 @@ class FittedIRT:
             f"FittedIRT({self.model}, {kind}{post.sizes.get('item', 0)} items, "
             f"{post.sizes['chain']} x {post.sizes['draw']} draws, from {self.path.name})"
         )
+
+
+def _read_calibration(tree: xr.DataTree, path: Path) -> Any:
+    """The saved Misfit, or None; a group whose values do not match its hash is refused."""
+    if CALIBRATION_GROUP not in tree.children:
+        return None
+    from ..scoring import Misfit
+    from .calibration import calibration_hash
+
+    ds = tree[CALIBRATION_GROUP].to_dataset()
+    if str(ds.attrs.get("calibration_hash", "")) != calibration_hash(ds):
+        raise IncompatibleArtifactError(
+            f"{path}: its calibration does not match its stored hash (file edited or "
+            "corrupt); refit, or rebuild it with 'python -m bayes_microbench.irt.build_models "
+            "--calibrate'"
+        )
+    return Misfit.from_dataset(ds)
 
 
 def load_posterior(

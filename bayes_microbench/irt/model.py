@@ -100,6 +100,8 @@ class IRTModel:
         self.diagnostics: ConvergenceSummary | None = None
         self.wall_seconds: float | None = None
         self.fit_info: dict[str, Any] = {}
+        #: the posterior's calibration on its own responses (:meth:`calibrate`), saved with it
+        self.calibration: Any = None
         #: the parameterization the fit sampled in ("auto" resolved; see ``fit``)
         self.parameterization: str | None = None
         self._model: Any = None
@@ -527,6 +529,19 @@ class IRTModel:
             },
         )
         return xr.DataTree.from_dict(groups)
+
+    def calibrate(self, *, random_seed: int | None = 0) -> Any:
+        """Estimate the posterior's calibration on the responses it was fitted on; keep it.
+
+        See :func:`bayes_microbench.irt.calibration.calibrate_fitted`; :meth:`save`
+        stores it and ``score`` applies it by default. Returns the ``Misfit``.
+        """
+        from .calibration import calibrate_fitted
+
+        if self.idata is None or self.responses is None:
+            raise ConfigurationError("the model is not fitted yet; call fit() first")
+        self.calibration = calibrate_fitted(self, self.responses, random_seed=random_seed)
+        return self.calibration
 
     def save(self, path: str | os.PathLike[str], *, items_only: bool = False, thin: int = 1) -> Any:
         """Write the fit to NetCDF (see :func:`bayes_microbench.irt.io.save_posterior`)."""

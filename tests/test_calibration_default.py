@@ -1,0 +1,121 @@
+"""Calibration travels with the posterior: saved by fit, applied by score unless --raw-model."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from bayes_microbench import UserInputError, save_responses, simulate_responses
+from bayes_microbench.scoring import estimate_misfit, posterior_from_truth, read_posterior_file
+
+
+def _write(path, post):
+    import xarray as xr
+
+    from bayes_microbench.irt.config import FORMAT_VERSION, IRTConfig
+
+    cfg = IRTConfig.from_dict({"model": "3pl", "n_options": 4})
+    tree = xr.DataTree.from_dict({"posterior": post})
+    tree.attrs.update(
+        config_json=cfg.to_json(), config_hash=cfg.hash(), format_version=FORMAT_VERSION
+    )
+    tree.to_netcdf(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from bayes_microbench.irt.io import add_calibration
+
+    tmp = tmp_path_factory.mktemp("calib")
+    resp, truth = simulate_responses(
+        "gpqa", n_llms=40, n_items=60, random_seed=3, return_truth=True
+    )
+    post = posterior_from_truth(
+        truth, n_chains=2, n_draws=60, noise=0.05, subtask=resp.item_subtask, random_seed=0
+    )
+    misfit = estimate_misfit(post, resp, sizes=[10, 25], max_draws=40, random_seed=0)
+    raw = _write(tmp / "raw.nc", post)
+    cal = _write(tmp / "cal.nc", post)
+    add_calibration(cal, misfit)
+    save_responses(resp.isel(llm=slice(0, 4), item=slice(0, 15)), tmp / "new.csv")
+    save_responses(resp, tmp / "train.csv")
+    return {"dir": tmp, "resp": resp, "post": post, "misfit": misfit, "raw": raw, "cal": cal}
+
+
+def test_saved_calibration_reads_back_and_old_files_still_load(world):
+    _, none = read_posterior_file(str(world["raw"]))
+    assert none is None
+    _, back = read_posterior_file(str(world["cal"]))
+    np.testing.assert_array_equal(back.quantiles, world["misfit"].quantiles)
+    np.testing.assert_array_equal(back.knots, world["misfit"].knots)
+    assert back.describe() == world["misfit"].describe()
+
+
+def test_an_edited_calibration_is_refused(world, tmp_path):
+    import xarray as xr
+
+    tree = xr.open_datatree(world["cal"])
+    tree.load()
+    tree.close()
+    ds = tree["calibration"].to_dataset()
+    ds["misfit_centre"] = ds["misfit_centre"] + 0.1
+    tree["calibration"] = xr.DataTree(ds)
+    tree.to_netcdf(tmp_path / "edited.nc")
+    with pytest.raises(UserInputError, match="calibration does not match its stored hash"):
+        read_posterior_file(str(tmp_path / "edited.nc"))
+
+
+def _score_json(capsys, *args):
+    from bayes_microbench.cli import main
+
+    assert main(["score", *args, "--json", "--max-draws", "120"]) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out), captured.err
+
+
+def test_score_uses_the_saved_calibration_by_default(world, capsys):
+    new = str(world["dir"] / "new.csv")
+    cal, _ = _score_json(capsys, "--posterior", str(world["cal"]), "--responses", new)
+    raw, _ = _score_json(
+        capsys, "--posterior", str(world["cal"]), "--responses", new, "--raw-model"
+    )
+    assert cal["interval_kind"] == "calibrated" and raw["interval_kind"] == "raw"
+    assert "item-split cross-validation" in cal["misfit"] and raw["misfit"].startswith("none")
+    bounds = [[(r["accuracy_lower"], r["accuracy_upper"]) for r in d["llms"]] for d in (cal, raw)]
+    assert bounds[0] != bounds[1]
+    # --calibrate-with still overrides the saved one
+    fresh, _ = _score_json(
+        capsys, "--posterior", str(world["cal"]), "--responses", new,
+        "--calibrate-with", str(world["dir"] / "train.csv"),
+    )  # fmt: skip
+    assert fresh["interval_kind"] == "calibrated"
+
+
+def test_score_without_calibration_says_the_interval_is_raw(world, capsys):
+    new = str(world["dir"] / "new.csv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", UserWarning)  # printed as outside pytest
+        out, err = _score_json(capsys, "--posterior", str(world["raw"]), "--responses", new)
+    assert out["interval_kind"] == "raw"
+    lines = [ln for ln in err.splitlines() if "calibration" in ln]
+    assert len(lines) == 1 and lines[0].startswith("bayes-microbench: warning: ")
+    assert "raw model" in lines[0] and "--calibrate-with" in lines[0]
+
+
+def test_fit_saves_calibration_by_default(tmp_path, capsys):
+    from bayes_microbench.cli import main
+    from bayes_microbench.irt.io import load_posterior
+
+    resp = simulate_responses("mmlu-pro", n_llms=30, n_items=40, model="2pl", random_seed=1)
+    save_responses(resp, tmp_path / "r.csv")
+    out = tmp_path / "p.nc"
+    args = ["fit", "--responses", str(tmp_path / "r.csv"), "--method", "laplace"]
+    assert main([*args, "--draws", "100", "--json", "--quiet", "--output", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["calibration"]["seconds"] > 0
+    saved = load_posterior(out).calibration
+    assert saved is not None and saved.n_llms == 30
