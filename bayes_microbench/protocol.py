@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._validate import preview
+from ._validate import check_int_range, plural, preview, span
 from .exceptions import ConfigurationError, UserInputError
 from .io import write_atomic
 from .mdad import (
@@ -550,15 +550,25 @@ def validate_grid(
     too_big = [n for n in config.sizes if n > n_seen]
     if too_big:
         raise ConfigurationError(
-            f"--sizes: {preview(too_big)} larger than the {n_seen} seen items (half of each "
-            f"subtask of the {responses.n_items} items); choose sizes up to {n_seen}"
+            f"--sizes: {preview(too_big)} larger than the {plural(n_seen, 'seen item')} (half "
+            f"of each subtask of the {plural(responses.n_items, 'item')}); choose "
+            f"{span(1, n_seen, 'item')}"
         )
     n_targets = n_fixed if n_fixed is not None else config.target_llms
-    if n_fixed is None and not 2 <= config.target_llms <= responses.n_llms - 1:
-        raise ConfigurationError(
-            f"--target-llms: {config.target_llms} target llms need 2 to {responses.n_llms - 1} "
-            f"(the responses have {responses.n_llms} llms and a source is needed)"
-        )
+    if n_fixed is None:
+        try:
+            check_int_range(
+                config.target_llms,
+                "--target-llms",
+                2,
+                responses.n_llms - 1,
+                noun="target llm",
+                context=f"the responses have {plural(responses.n_llms, 'llm')} and one must "
+                "stay a source",
+                remedy="use responses with at least 3 llms",
+            )
+        except UserInputError as err:
+            raise ConfigurationError(str(err)) from None
     if responses.n_llms - n_targets < 1:
         raise ConfigurationError(
             f"--target-group: all {responses.n_llms} llms are targets; none is left as a source"

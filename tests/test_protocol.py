@@ -183,7 +183,7 @@ def test_bad_grids_are_user_errors(resp, tmp_path):
         evaluate_grid(resp, _grid(sizes=(5, 45)), tmp_path / "x")
     with pytest.raises(UserInputError, match="unknown selector"):
         evaluate_grid(resp, _grid(selectors=("nope",)), tmp_path / "x")
-    with pytest.raises(UserInputError, match="target llms need 2 to 59"):
+    with pytest.raises(UserInputError, match="choose 2 to 59 target llms"):
         evaluate_grid(resp, _grid(target_llms=60), tmp_path / "x")
     assert not (tmp_path / "x").exists()
 

@@ -518,3 +518,53 @@ def test_evaluate_aggregates_all_or_nothing(resp, tmp_path, monkeypatch):
         assert snapshot(folder, skip=skip) == expected_new
         break
     assert k - 1 == 2 + 3  # the new cell's pairs and JSON, then the three aggregates
+
+
+# ---------------------------------------------------------- output checked up front
+@pytest.mark.parametrize("command", ["mdad", "evaluate"])
+def test_output_under_a_file_is_refused_before_any_work(
+    resp_file, tmp_path, capsys, monkeypatch, command
+):
+    import bayes_microbench.design as design
+    import bayes_microbench.protocol as protocol
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("computed before checking --output")
+
+    monkeypatch.setattr(design, "design_curves", no_work)
+    monkeypatch.setattr(protocol, "evaluate_grid", no_work)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = str(blocker / "out")
+    if command == "mdad":
+        argv = ["mdad", "--posterior", str(POSTERIOR), "--output", out]
+    else:
+        argv = [
+            "evaluate",
+            "--responses",
+            str(resp_file),
+            "--selectors",
+            "random",
+            "--sizes",
+            "4",
+            "--source-llms",
+            "6",
+            "--target-llms",
+            "6",
+            "--output",
+            out,
+        ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--output" in err[0] and "is a file" in err[0]
+
+
+def test_target_llms_on_too_few_llms_says_no_value_works(tmp_path):
+    tiny = Responses.from_arrays(
+        np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 1.0]]),
+        ["a", "b"],
+        [f"q{i}" for i in range(4)],
+    )
+    with pytest.raises(UserInputError, match="no value works") as err:
+        evaluate_grid(tiny, _grid(sizes=(2,), source_llms=(1,), target_llms=2), tmp_path / "o")
+    assert "2 to 1" not in str(err.value) and "2 llms" in str(err.value)

@@ -23,6 +23,7 @@ from ._common import (
     add_output_flags,
     add_responses,
     add_seed,
+    check_output_folder,
     print_json,
     whole_number,
 )
@@ -87,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from ..mdad import check_threshold
     from ..protocol import GridConfig, evaluate_grid
 
+    check_output_folder(args.output)
     selectors = tuple(s.strip() for s in args.selectors.split(",") if s.strip())
     sizes = tuple(parse_int_list(args.sizes, "--sizes"))
     sources = tuple(parse_int_list(args.source_llms, "--source-llms"))

@@ -18,7 +18,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._common import POSITIVE_INT, PROBABILITY, add_output_flags, add_seed, print_json
+from ._common import (
+    POSITIVE_INT,
+    PROBABILITY,
+    add_output_flags,
+    add_seed,
+    check_output_folder,
+    print_json,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from ..mdad import check_threshold
     from ..scoring import read_posterior
 
+    check_output_folder(args.output)
     threshold = check_threshold(args.threshold, "--threshold")
     if args.subset is not None and args.sizes is not None:
         raise UserInputError("--sizes does not apply with --subset (the subset has its own size)")

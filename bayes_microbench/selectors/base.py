@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .._validate import plural, span
 from ..exceptions import UserInputError
 
 Seed = int | np.random.Generator | None
@@ -95,6 +96,6 @@ def check_size(n: int, n_seen: int, name: str) -> None:
         raise UserInputError(f"{name}: subset size must be a positive whole number, got {n}")
     if n > n_seen:
         raise UserInputError(
-            f"{name}: subset size {n} is larger than the {n_seen} seen items; "
-            f"choose sizes up to {n_seen}"
+            f"{name}: subset size {n} is larger than the {plural(n_seen, 'seen item')}; "
+            f"choose {span(1, n_seen, 'item')}"
         )

@@ -73,10 +73,15 @@ class PreparedSubtaskEqual:
                 f"subtask {int(self.subtasks[s])}: {int(sizes[s])} seen < {int(alloc[s])}"
                 for s in short
             ]
+            largest = len(self.members) * int(sizes.min())
+            remedy = (
+                f"choose a size up to {largest} or use random-subtask-proportional"
+                if largest >= 1
+                else "a subtask has no seen item, so no size works: use random-subtask-proportional"
+            )
             raise UserInputError(
                 f"{self.name}: size {n} split over {len(self.members)} subtasks needs up to "
-                f"{int(alloc.max())} items per subtask, but {preview(detail)}; choose a size "
-                f"up to {len(self.members) * int(sizes.min())} or use random-subtask-proportional"
+                f"{int(alloc.max())} items per subtask, but {preview(detail)}; {remedy}"
             )
         items = np.concatenate(
             [
