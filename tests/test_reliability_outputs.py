@@ -210,8 +210,8 @@ def test_evaluate_refuses_threshold_outside_the_ranking_range(resp_file, tmp_pat
     assert main([*args, "--threshold", value]) == 2
     line = one_error_line(capsys)
     assert "--threshold" in line
-    if 0 < float(value) < 1:  # in (0, 1) but not above 0.5: refused by the ranking check
-        assert "--threshold must lie in (0.5, 1)" in line
+    if 0 < float(value) < 1:  # in (0, 1) but not above 0.5: refused as a ranking threshold
+        assert "above 0.5 and below 1" in line
     assert not (tmp_path / "t").exists()
 
 

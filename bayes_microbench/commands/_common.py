@@ -96,6 +96,10 @@ NON_NEGATIVE_INT = whole_number(0)
 POSITIVE_INT = whole_number(1)
 #: Probabilities strictly inside (0, 1) (``--threshold``, ``--prob``, ``--ci-prob``).
 PROBABILITY = number(0.0, 1.0)
+#: The ranking-probability threshold of an MDAD, strictly in (0.5, 1) (``--threshold``,
+#: ``plan --prob``): the argparse twin of :func:`bayes_microbench.mdad.check_threshold`,
+#: which the library applies to the same bounds.
+RANKING_THRESHOLD = number(0.5, 1.0)
 #: Any finite number (``import --threshold``: metric values of any scale).
 FINITE_NUMBER = number()
 #: An accuracy gap in points, in (0, 100] (``plan --delta``).

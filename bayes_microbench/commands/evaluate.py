@@ -19,7 +19,7 @@ import sys
 
 from ._common import (
     POSITIVE_INT,
-    PROBABILITY,
+    RANKING_THRESHOLD,
     add_output_flags,
     add_responses,
     add_seed,
@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--threshold",
-        type=PROBABILITY,
+        type=RANKING_THRESHOLD,
         default="0.8",
         help="MDAD share-correct threshold (default 0.8)",
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 from ._common import (
     POSITIVE_INT,
     PROBABILITY,
+    RANKING_THRESHOLD,
     add_output_flags,
     add_seed,
     check_output_folder,
@@ -45,7 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sizes", default=None, help="comma-separated subset sizes (default 10,25,50,100,200)"
     )
     p.add_argument("--output", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--threshold", type=PROBABILITY, default=0.8, help="P(correct) for MDAD (0.8)")
+    p.add_argument(
+        "--threshold", type=RANKING_THRESHOLD, default=0.8, help="P(correct) for MDAD (0.8)"
+    )
     p.add_argument(
         "--ci-prob", type=PROBABILITY, default=None, help="interval probability (default 0.9)"
     )
