@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .io import write_atomic
+from ._outputs import REPORT_FILES, output_set
 
 logger = logging.getLogger(__name__)
 
@@ -123,29 +123,6 @@ def run_demo(
 
     # 4. Files: tables, figures, report
     t0 = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    files = [
-        write_atomic(out / "mdad.csv", lambda t: mdad.to_csv(t, index=False)),
-        write_atomic(out / "curves.csv", lambda t: curves.to_csv(t, index=False)),
-        write_atomic(out / "scores.csv", lambda t: scores.to_csv(t, index=False)),
-        write_atomic(out / "plan.csv", lambda t: plan_table.to_csv(t, index=False)),
-    ]
-    fig_dir = out / "figures"
-    files += plots.save_figure(
-        plots.plot_mdad_vs_n(mdad, title="Bayesian MDAD by design (90% intervals)"),
-        fig_dir / "mdad_vs_n",
-    )
-    files += plots.save_figure(
-        plots.plot_ranking_curve(
-            curves[curves["selector"] == "random"],
-            title="Random subsets: P(correct ranking) vs gap",
-        ),
-        fig_dir / "ranking_curve_random",
-    )
-    files += plots.save_figure(
-        plots.plot_estimates(scores, title="New llms scored from 50 random items"),
-        fig_dir / "estimates",
-    )
     ids = select_from_posterior(
         posterior, "bayes-ranking", 50, random_seed=random_seed, max_draws=max_draws
     )[0]
@@ -159,14 +136,32 @@ def run_demo(
             "chosen": chosen,
         }
     )
-    files += plots.save_figure(
-        plots.plot_selection(
+    tables = {"mdad.csv": mdad, "curves.csv": curves, "scores.csv": scores, "plan.csv": plan_table}
+    figures = {
+        "figures/mdad_vs_n": lambda: plots.plot_mdad_vs_n(
+            mdad, title="Bayesian MDAD by design (90% intervals)"
+        ),
+        "figures/ranking_curve_random": lambda: plots.plot_ranking_curve(
+            curves[curves["selector"] == "random"],
+            title="Random subsets: P(correct ranking) vs gap",
+        ),
+        "figures/estimates": lambda: plots.plot_estimates(
+            scores, title="New llms scored from 50 random items"
+        ),
+        "figures/selection": lambda: plots.plot_selection(
             items,
             title="The 50 items bayes-ranking chooses",
             ylabel="P(wrong) for an llm of average ability",
         ),
-        fig_dir / "selection",
-    )
+    }
+    files: list[Path] = []
+    # the tables and figures describe one run: written all together or not at all
+    with output_set(out, stale=REPORT_FILES) as staged:
+        for name, table in tables.items():
+            files.append(staged.write(name, lambda t, table=table: table.to_csv(t, index=False)))
+        for stem, draw in figures.items():
+            for path in plots.save_figure(draw(), staged.path(stem)):
+                files.append(out / path.relative_to(staged.staging))
     files.append(write_report(out, "md"))
     seconds["files"] = time.perf_counter() - t0
     return DemoResult(
