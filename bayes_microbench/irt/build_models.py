@@ -4,6 +4,12 @@ Run from the repository root::
 
     .venv/bin/python -m bayes_microbench.irt.build_models            # every artifact
     .venv/bin/python -m bayes_microbench.irt.build_models gpqa-2pl   # one
+    .venv/bin/python -m bayes_microbench.irt.build_models --calibrate  # calibration only
+
+``--calibrate`` computes, for the existing artifacts, the calibration ``score``
+applies by default (:mod:`bayes_microbench.irt.calibration`, on the responses in
+``../shared/data`` the artifact was fitted on) and writes it into each file,
+without refitting (a full build computes it too).
 
 Each artifact is an items-only, thinned NetCDF posterior (item and subtask
 parameters, no abilities) loadable with
@@ -114,6 +120,7 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
     ppc = posterior_predictive_check(fit, max_draws=400, random_seed=spec.seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     nc = out_dir / f"{spec.name}.nc"
+    fit.calibrate(random_seed=spec.seed)  # the calibration score applies by default
     fit.save(nc, items_only=True, thin=spec.thin)
     diag = fit.diagnostics
     assert diag is not None
@@ -231,10 +238,36 @@ bayes_microbench {c["package_version"]}, Python {c["python"]}.
 """
 
 
+def calibrate_artifact(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
+    """Compute an existing artifact's calibration from its data and write it into the file."""
+    import time
+
+    from ..io import load_responses
+    from .calibration import calibrate_fitted
+    from .io import add_calibration, load_posterior
+
+    path = out_dir / f"{spec.name}.nc"
+    resp = load_responses(DATA / spec.data)
+    start = time.perf_counter()
+    misfit = calibrate_fitted(load_posterior(path), resp, random_seed=spec.seed)
+    seconds = time.perf_counter() - start
+    add_calibration(path, misfit)
+    return {
+        "name": spec.name,
+        "calibration_seconds": round(seconds, 1),
+        "file_bytes": path.stat().st_size,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "names", nargs="*", help=f"artifacts to build (default all: {list(ARTIFACTS)})"
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="only compute the calibration of the existing artifacts and write it in",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -243,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown artifact(s) {unknown}; known: {list(ARTIFACTS)}")
     for name in names:
+        if args.calibrate:
+            print(json.dumps(calibrate_artifact(ARTIFACTS[name])))
+            continue
         card = build(ARTIFACTS[name])
         print(json.dumps({k: card[k] for k in ("name", "wall_seconds", "file_bytes")}))
     return 0
