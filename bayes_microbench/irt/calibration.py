@@ -101,7 +101,7 @@ def calibration_hash(ds: xr.Dataset) -> str:
     h = hashlib.sha256()
     for name in sorted(ds.variables):
         values = np.ascontiguousarray(np.asarray(ds[name].values, dtype=np.float64))
-        h.update(name.encode())
+        h.update(str(name).encode())
         h.update(values.tobytes())
     for key in sorted(ds.attrs):
         if key != "calibration_hash":
