@@ -145,11 +145,33 @@ def test_score_refuses_an_interval_from_too_few_draws(files, capsys):
 
     new = str(files["dir"] / "new.csv")
     code = main(
-        ["score", "--posterior", str(files["good"]), "--responses", new, "--max-draws", "1"]
+        [
+            "score",
+            "--posterior",
+            str(files["good"]),
+            "--responses",
+            new,
+            "--raw-model",
+            "--max-draws",
+            "1",
+        ]
     )
     _one_error_line(capsys, code, ["--max-draws", "100"])
     # enough draws: accepted
-    assert main(["score", "--posterior", str(files["good"]), "--responses", new, "--json"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                "--posterior",
+                str(files["good"]),
+                "--responses",
+                new,
+                "--raw-model",
+                "--json",
+            ]
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize("command", ["mdad", "plan"])
@@ -204,7 +226,7 @@ def test_interval_width_is_zero_only_when_the_answer_is_certain(n_obs, n_draws, 
 @pytest.mark.parametrize(
     "command",
     [
-        ["score", "--responses", "NEW"],
+        ["score", "--responses", "NEW", "--raw-model"],
         ["mdad", "--sizes", "10", "--max-draws", "100", "--output", "OUT", "--quiet"],
         ["plan", "--delta", "10", "--max-draws", "100"],
         ["select", "--selector", "bayes-fisher", "--n", "5", "--output", "OUT/s.json"],
