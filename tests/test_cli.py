@@ -98,7 +98,7 @@ def test_score_calibrate_with_training_responses(tmp_path, capsys, gpqa_path):
         "100",
         "--json",
     ]
-    assert main(base) == 0
+    assert main([*base, "--raw-model"]) == 0
     plain = json.loads(capsys.readouterr().out)
     assert main([*base, "--calibrate-with", str(gpqa_path), "--quiet"]) == 0
     calibrated = json.loads(capsys.readouterr().out)

@@ -155,6 +155,7 @@ def test_cli_score_json(world, tmp_path, capsys):
                 str(p),
                 "--responses",
                 str(tmp_path / "new.csv"),
+                "--raw-model",
                 "--json",
                 "--quiet",
             ]
@@ -175,7 +176,8 @@ def test_cli_score_disagreeing_items_exit_2(world, tmp_path, capsys):
     _, _, post = world
     p = _write_posterior(tmp_path / "post.nc", post)
     (tmp_path / "bad.csv").write_text("llm,zz-1,zz-2\nm1,1,0\n")
-    assert main(["score", "--posterior", str(p), "--responses", str(tmp_path / "bad.csv")]) == 2
+    args = ["score", "--posterior", str(p), "--raw-model"]
+    assert main([*args, "--responses", str(tmp_path / "bad.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "zz-1" in err[0] and "not in the posterior" in err[0]
 
