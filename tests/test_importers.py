@@ -31,6 +31,12 @@ from bayes_microbench.importers.lm_eval import choice_confidence, model_from_arg
 
 from .conftest import FIXTURES
 
+# org__model-c has no results file: its llm is named after the folder, with a warning
+# (checked in tests/test_importers_real.py)
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*after the folder:bayes_microbench.importers.HarnessLogWarning"
+)
+
 LM_EVAL = FIXTURES / "lm_eval"
 LM_OUT = LM_EVAL / "out"
 OLL = FIXTURES / "oll_details"
@@ -375,8 +381,10 @@ def test_inspect_scorer_choice_dict_values_and_partial(tmp_path):
     with pytest.raises(HarnessLogError, match=r"several values \['acc', 'f'\].*--metric multi.KEY"):
         import_responses("inspect", [path], metric="multi")
     assert_same(import_responses("inspect", [path], metric="multi.acc").values, [[1, 0, 1]])
-    # "P" (partial credit, 0.5) is not binary without a threshold
-    with pytest.raises(HarnessLogError, match=r"metric 'judge' .* is 0.5, not 0 or 1"):
+    # "P" (partial credit, 0.5) is not binary without a threshold; the message says "P"
+    with pytest.raises(
+        HarnessLogError, match=r"metric 'judge' .* is 'P' \(partial credit, read as 0.5\)"
+    ):
         import_responses("inspect", [path], metric="judge")
     assert_same(
         import_responses("inspect", [path], metric="judge", threshold=0.5).values, [[1, 0, 1]]
@@ -420,8 +428,8 @@ def test_inspect_bad_files(tmp_path):
 
 
 def test_inspect_eval_with_unreadable_compression(tmp_path):
-    # newer inspect versions may compress .eval members with zstandard, which
-    # Python 3.12's zipfile cannot read: mark the members so (method 93)
+    # members marked zstd (method 93) are read with zstandard (real zstd logs:
+    # tests/test_importers_real.py); stored bytes marked so are not zstd data
     log = tmp_path / "z.eval"
     with zipfile.ZipFile(log, "w", zipfile.ZIP_STORED) as archive:
         archive.writestr("header.json", json.dumps({"eval": {"model": "m", "task": "t"}}))
@@ -432,7 +440,7 @@ def test_inspect_eval_with_unreadable_compression(tmp_path):
         data[at + 10 : at + 12] = (93).to_bytes(2, "little")
         at = data.find(b"PK\x01\x02", at + 4)
     log.write_bytes(bytes(data))
-    with pytest.raises(HarnessLogError, match=r"compression this Python cannot read.*log convert"):
+    with pytest.raises(HarnessLogError, match=r"z.eval: member .* is not valid zstd data"):
         import_responses("inspect", [log])
 
 

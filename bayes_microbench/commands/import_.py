@@ -1,8 +1,9 @@
 """``bayes-microbench import FORMAT PATH... --output NAME.csv``: harness logs to a responses file.
 
 FORMAT is lm-eval (lm-evaluation-harness --log_samples output), oll-details
-(Open LLM Leaderboard details Parquet files), inspect (inspect-ai .json/.eval
-logs) or auto. Writes NAME.csv (wide: llm, then one column per item),
+(Open LLM Leaderboard details: Parquet files, or downloaded
+<org>__<model>/samples_leaderboard_*.jsonl / .json), inspect (inspect-ai .json/.eval
+logs, zstd-compressed or not) or auto. Writes NAME.csv (wide: llm, then one column per item),
 NAME.items.csv (item,subtask[,n_options]) and, when the logs hold per-option
 log-likelihoods, NAME.confidence.csv; all or nothing.
 """
@@ -50,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="T",
         type=FINITE_NUMBER,
         default=None,
-        help="count metric values >= T as correct (needed for metrics other than 0/1)",
+        help="count a continuous metric's values >= T as correct (needed for metrics other "
+        "than 0/1; T must lie within the values logged; ignored, with a note, for 0/1 metrics)",
     )
     p.add_argument(
         "--filter",

@@ -40,10 +40,18 @@ import pandas as pd
 from .._validate import preview
 from ..exceptions import ResponsesError
 from ..responses import EmptyPolicy, Responses
-from ._common import HarnessLogError, ImportOptions, _hidden, merge_rows
+from ._common import (
+    EmptyLogError,
+    HarnessLogError,
+    HarnessLogWarning,
+    ImportOptions,
+    _hidden,
+    held_warnings,
+    merge_rows,
+)
 from .inspect_ai import is_log_file, read_inspect
-from .lm_eval import is_samples_file, read_lm_eval
-from .oll_details import is_parquet, read_oll_details
+from .lm_eval import RESULTS_NAME, is_samples_file, read_lm_eval
+from .oll_details import is_details_file, is_parquet, read_oll_details
 
 logger = logging.getLogger(__name__)
 
@@ -69,18 +77,29 @@ IMPORTERS: dict[str, Importer] = {
     ),
     "oll-details": Importer(
         "oll-details",
-        "Open LLM Leaderboard v2 details Parquet files (one per llm and task)",
+        "Open LLM Leaderboard v2 details (Parquet files, or the downloaded "
+        "<org>__<model>/samples_leaderboard_<task>_<timestamp>.jsonl / .json)",
         read_oll_details,
-        is_parquet,
+        lambda p: is_parquet(p) or (is_details_file(p) and not _beside_results(p)),
     ),
     "inspect": Importer(
         "inspect",
         "inspect-ai evaluation logs (.json or .eval)",
         read_inspect,
-        lambda p: is_log_file(p) and not p.name.startswith("results_"),
+        is_log_file,
     ),
 }
 FORMATS: tuple[str, ...] = ("auto", *IMPORTERS)
+# auto: the first importer that claims a file takes it (a leaderboard download's
+# samples_leaderboard_* files, with no results JSON beside them, are oll-details)
+DETECT_ORDER = ("oll-details", "lm-eval", "inspect")
+
+
+def _beside_results(path: Path) -> bool:
+    """An lm-eval results JSON (``*_<timestamp>.json``) lies beside ``path``."""
+    return any(
+        RESULTS_NAME.match(p.name) and not is_samples_file(p) for p in path.parent.glob("*.json")
+    )
 
 
 def detect_format(paths: Sequence[str | Path]) -> str:
@@ -102,14 +121,15 @@ def detect_format(paths: Sequence[str | Path]) -> str:
             )
         )
         for f in files:
-            for name, imp in IMPORTERS.items():
-                if imp.claims(f):
+            for name in DETECT_ORDER:
+                if IMPORTERS[name].claims(f):
                     seen.setdefault(name, []).append(str(f))
                     break
     if not seen:
         raise ResponsesError(
             f"auto: found no harness logs under {preview([str(p) for p in paths])}; expected "
-            "samples_*.jsonl (lm-eval), .parquet (oll-details) or .json/.eval (inspect) files"
+            "samples_*.jsonl (lm-eval), .parquet or samples_leaderboard_*.json[l] (oll-details) "
+            "or .json/.eval (inspect) files"
         )
     if len(seen) > 1:
         parts = ", ".join(f"{name} ({preview(files, 2)})" for name, files in seen.items())
@@ -150,8 +170,9 @@ def read_harness(
         The per-item metric (lm-eval formats) or scorer (inspect) that becomes
         ``correct``; default: the format's (see the format's module).
     threshold
-        Count non-binary metric values ``>= threshold`` as correct; without
-        it such values are an error.
+        Count a continuous metric's values ``>= threshold`` as correct; without
+        it such values are an error. It must lie within the metric's observed
+        values, and is ignored (with a note) for 0/1 metrics.
     lm_filter
         lm-eval filter for tasks logged under several filters.
     item_key
@@ -175,8 +196,9 @@ def read_harness(
     opts = ImportOptions(
         metric=metric, threshold=threshold, filter=lm_filter, item_key=item_key, epoch=epoch
     )
-    rows = IMPORTERS[name].read(paths_list, opts)
-    frame = merge_rows(rows, name)
+    with held_warnings():
+        rows = IMPORTERS[name].read(paths_list, opts)
+        frame = merge_rows(rows, name, threshold=opts.threshold)
     frame.attrs["format"] = name
     frame.attrs["n_files"] = int(rows["source"].nunique()) if len(rows) else 0
     return frame
@@ -231,7 +253,9 @@ def import_responses(
 __all__ = [
     "FORMATS",
     "IMPORTERS",
+    "EmptyLogError",
     "HarnessLogError",
+    "HarnessLogWarning",
     "ImportOptions",
     "Importer",
     "detect_format",

@@ -2,19 +2,26 @@
 
 Every importer turns its files into rows of one long table::
 
-    llm, item, subtask, correct, confidence, n_options, source, line[, doc_hash]
+    llm, item, subtask, correct, confidence, n_options, source, line, metric[, shown, doc_hash]
 
-``correct`` is 1.0 / 0.0 / NaN, ``confidence`` NaN where the log holds none,
-``n_options`` 0 where unknown, ``source``/``line`` say where the row came from
-(used in error messages) and ``doc_hash`` (lm-eval formats only) lets
-:func:`merge_rows` check that an item id means the same document in every run.
+``correct`` is the metric's value as logged (a number, NaN where missing) until
+:func:`resolve_correct` makes it 1.0 / 0.0 / NaN (``--threshold`` applies to continuous
+metrics only); ``metric`` names it, ``shown`` optionally says how the log spelled it (an
+inspect ``'P'``); ``confidence`` is NaN where the log holds none, ``n_options`` 0 where
+unknown, ``source``/``line`` say where the row came from (used in error messages) and
+``doc_hash`` (lm-eval formats only) lets :func:`merge_rows` check that an item id means the
+same document in every run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import math
+import re
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +43,86 @@ class HarnessLogError(ResponsesError):
     """A harness log that cannot be imported as it is (the message names the file)."""
 
 
+class EmptyLogError(HarnessLogError):
+    """A log with nothing to import (errored, unscored, header only): skipped beside others."""
+
+
+class HarnessLogWarning(UserWarning):
+    """Something an import guessed or skipped: an llm named after a folder, a skipped file."""
+
+
+_HELD: contextvars.ContextVar[list[tuple[int | None, str]] | None] = contextvars.ContextVar(
+    "held", default=None
+)
+
+
+def warn(message: str) -> None:
+    """Warn (:class:`HarnessLogWarning`), or hold the warning while :func:`held_warnings` runs."""
+    _say(None, message)
+
+
+def note(message: str, level: int = logging.INFO) -> None:
+    """Log ``message`` (at ``level``), or hold it while :func:`held_warnings` runs."""
+    _say(level, message)
+
+
+def _say(level: int | None, message: str) -> None:
+    held = _HELD.get()
+    if held is None:
+        _emit(level, message)
+    elif (level, message) not in held:
+        held.append((level, message))
+
+
+def _emit(level: int | None, message: str) -> None:
+    if level is None:
+        warnings.warn(message, HarnessLogWarning, stacklevel=5)
+    else:
+        logger.log(level, "%s", message)
+
+
+@contextlib.contextmanager
+def held_warnings() -> Iterator[None]:
+    """Hold the importers' warnings and notes; issue them, once each, if the block succeeds.
+
+    Why: an import that fails says one line (its error), not the warnings of the files
+    read before the failure.
+    """
+    held: list[tuple[int | None, str]] = []
+    token = _HELD.set(held)
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
+    for level, message in held:
+        _emit(level, message)
+
+
+def skip_empty_logs(errors: Sequence[EmptyLogError], n_usable: int) -> None:
+    """Skip logs with nothing to import with one warning each, or raise when none is usable.
+
+    Parameters
+    ----------
+    errors
+        One :class:`EmptyLogError` per log that held nothing to import.
+    n_usable
+        How many logs did hold results.
+
+    Why: one unscored or header-only log in a folder must not stop the import of the others,
+    yet a folder of nothing but such logs is an error, not an empty matrix.
+    """
+    if not errors:
+        return
+    if n_usable == 0:
+        if len(errors) == 1:
+            raise errors[0]
+        raise EmptyLogError(
+            f"none of the {len(errors)} logs holds results to import; the first: {errors[0]}"
+        )
+    for err in errors:
+        warn(f"{err}; skipped")
+
+
 @dataclass(frozen=True)
 class ImportOptions:
     """How to read harness logs (see :func:`bayes_microbench.importers.import_responses`).
@@ -47,8 +134,8 @@ class ImportOptions:
         (inspect; ``SCORER.KEY`` for a scorer whose value is a dict) that
         becomes ``correct``. ``None`` picks the format's default.
     threshold
-        Count a non-binary metric value ``>= threshold`` as correct. Without
-        it, a value other than 0 / 1 is an error.
+        Count a continuous metric's value ``>= threshold`` as correct (see
+        :func:`resolve_correct`). Without it, a value other than 0 / 1 is an error.
     filter
         lm-eval filter (``"strict-match"``, ...) for tasks logged under
         several filters.
@@ -133,7 +220,8 @@ def find_files(
             if p.is_file() and wanted(p) and not _hidden(p.relative_to(path))
         )
         if not inside:
-            raise ResponsesError(f"{path}: holds no {expect} (searched the folder recursively)")
+            noun = re.sub(r"^an? ", "", expect)
+            raise ResponsesError(f"{path}: holds no {noun} (searched the folder recursively)")
         for p in inside:
             found[p] = None
     return list(found)
@@ -154,12 +242,16 @@ def read_json(path: Path) -> Any:
 
 
 def parse_json(text: str, where: str) -> Any:
+    """``json.loads`` with an error naming ``where``, the line and the column."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise HarnessLogError(
-            f"{where}, line {err.lineno}: not valid JSON ({err.msg} at column {err.colno})"
-        ) from None
+        raise HarnessLogError(f"{where}, line {err.lineno}: not valid JSON ({_why(err)})") from None
+
+
+def _why(err: json.JSONDecodeError) -> str:
+    # "Unterminated string starting at" already ends in "at"
+    return f"{err.msg.removesuffix(' at')} at column {err.colno}"
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -173,7 +265,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise HarnessLogError(
-                        f"{path}, line {number}: not valid JSON ({err.msg} at column {err.colno})"
+                        f"{path}, line {number}: not valid JSON ({_why(err)})"
                     ) from None
                 if not isinstance(record, dict):
                     raise HarnessLogError(
@@ -198,50 +290,124 @@ def llm_from_folder(name: str) -> str:
 _BINARY = {0.0, 1.0}
 
 
-def binary_value(
-    value: Any, *, metric: str, threshold: float | None, where: str, llm: str, item: str
-) -> float:
-    """A metric value as 1.0 / 0.0, or NaN when missing.
+def metric_value(value: Any, *, metric: str, where: str, llm: str, item: str) -> float:
+    """A logged metric value as a number (NaN when missing), before any threshold.
 
-    Booleans and the numbers 0 and 1 pass; other numbers need ``threshold``
-    (``value >= threshold`` counts as correct). Numeric strings are numbers.
-    Anything else (a list, a dict, text) is an error naming the place.
+    Booleans are 1 / 0 and numeric strings are numbers. A ``[gold, pred]`` pair of
+    scalars (lm-eval logs ``mcc`` and ``f1`` so, for a corpus-level aggregate) is 1.0
+    where ``pred == gold``, else 0.0. Anything else (a list, a dict, text) is an error
+    naming the place.
     """
     if value is None:
         return math.nan
     if isinstance(value, (bool, np.bool_)):
         return 1.0 if value else 0.0
-    number: float | None = None
     if isinstance(value, (int, float, np.integer, np.floating)):
-        number = float(value)
-    elif isinstance(value, str):
+        return float(value)
+    if isinstance(value, str):
         try:
-            number = float(value.strip())
+            return float(value.strip())
         except ValueError:
-            number = None
-    if number is None:
-        kind = (
-            "a list"
-            if isinstance(value, (list, tuple, np.ndarray))
-            else "a dict"
-            if isinstance(value, dict)
-            else "text"
-        )
-        raise HarnessLogError(
-            f"{where}: metric {metric!r} for llm {llm!r}, item {item!r} is {kind} "
-            f"({_short(value)}), not a per-item score; choose another with --metric"
-        )
-    if math.isnan(number):
-        return math.nan
-    if threshold is not None:
-        return 1.0 if number >= threshold else 0.0
-    if number in _BINARY:
-        return number
-    raise HarnessLogError(
-        f"{where}: metric {metric!r} for llm {llm!r}, item {item!r} is {show_value(number)}, "
-        "not 0 or 1; pass --threshold T to count values >= T as correct, or choose a binary "
-        "metric with --metric"
+            pass
+    pair = gold_pred(value)
+    if pair is not None:
+        return 1.0 if pair[0] == pair[1] else 0.0
+    kind = (
+        "a list"
+        if isinstance(value, (list, tuple, np.ndarray))
+        else "a dict"
+        if isinstance(value, dict)
+        else "text"
     )
+    raise HarnessLogError(
+        f"{where}: metric {metric!r} for llm {llm!r}, item {item!r} is {kind} "
+        f"({_short(value)}), not a per-item score; choose another with --metric"
+    )
+
+
+def gold_pred(value: Any) -> tuple[Any, Any] | None:
+    """``(gold, pred)`` when ``value`` is a pair of scalars (``[1, 0]``), else None."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        return None
+    scalar = (bool, int, float, str, np.integer, np.floating, np.bool_)
+    if not all(isinstance(v, scalar) for v in value):
+        return None
+    return value[0], value[1]
+
+
+def resolve_correct(frame: pd.DataFrame, threshold: float | None) -> pd.DataFrame:
+    """Make each (task, metric)'s logged values 1.0 / 0.0 / NaN, applying ``threshold``.
+
+    A metric whose values in a task are all 0 / 1 is kept as it is: ``threshold`` is
+    ignored for it with a one-line note (it would only flip answers). Any other metric
+    needs ``threshold``, which must lie within the values observed (else every value
+    would fall on one side of it); values ``>= threshold`` count as correct. A continuous
+    metric's task also loses its confidences and numbers of options: its score is not
+    "the one right option chosen" (``truthfulqa_mc2``'s probability mass on several
+    true options), so the softmax at the target is not P(correct), nor 1/n a chance floor.
+
+    Parameters
+    ----------
+    frame
+        Importer rows (:data:`ROW_COLUMNS` plus ``metric`` and optionally ``shown``).
+    threshold
+        ``--threshold``, or None.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``frame`` with ``correct`` in {1, 0, NaN}.
+
+    Why: one place decides what a threshold means, so no importer can turn every correct
+    0/1 answer wrong (``--threshold 1.5``) or every wrong one correct (``--threshold -1``).
+    """
+    if frame.empty or "metric" not in frame.columns:
+        return frame
+    df = frame.copy()
+    ignored: list[str] = []
+    for (task, metric), rows in df.groupby(["subtask", "metric"], sort=False):
+        values = rows["correct"].astype(np.float64)
+        seen = values.dropna()
+        if seen.isin(list(_BINARY)).all():
+            if threshold is not None and len(seen):
+                ignored.append(f"{metric!r} ({task})")
+            continue
+        label = f"metric {metric!r} of task {task!r}"
+        if (rows["n_options"] > 0).any() or rows["confidence"].notna().any():
+            note(
+                f"{label} is not 0/1 (a score, not one right option chosen): its items get "
+                "no confidence and no number of options"
+            )
+            df.loc[rows.index, "confidence"] = math.nan
+            df.loc[rows.index, "n_options"] = 0
+        if threshold is None:
+            first = rows.loc[~values.isin(list(_BINARY)) & values.notna()].iloc[0]
+            shown = first.get("shown") if "shown" in rows.columns else None
+            value = shown if isinstance(shown, str) else show_value(float(first["correct"]))
+            raise HarnessLogError(
+                f"{_place(first)}: metric {metric!r} for llm {first['llm']!r}, item "
+                f"{first['item']!r} is {value}, not 0 or 1; pass --threshold T to count values "
+                ">= T as correct, or choose a binary metric with --metric"
+            )
+        low, high = float(seen.min()), float(seen.max())
+        if not low <= threshold <= high:
+            side = "correct" if threshold < low else "incorrect"
+            raise HarnessLogError(
+                f"--threshold {show_value(threshold)} is outside the values of {label} "
+                f"({show_value(low)} to {show_value(high)}): every result would count as "
+                f"{side}; choose T within that range"
+            )
+        df.loc[rows.index, "correct"] = np.where(
+            values.isna(), math.nan, (values >= threshold).astype(np.float64)
+        )
+    if ignored:
+        note(
+            f"--threshold {show_value(threshold)} ignored for the 0/1 metric(s) "
+            f"{', '.join(ignored)}: it applies to continuous metrics"
+        )
+    return df
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -255,7 +421,7 @@ def rows_frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(list(rows))
     if frame.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in ROW_COLUMNS})
-    for col, fill in (("confidence", math.nan), ("n_options", 0)):
+    for col, fill in (("confidence", math.nan), ("n_options", 0), ("metric", "")):
         if col not in frame.columns:
             frame[col] = fill
     frame["confidence"] = frame["confidence"].astype(np.float64)
@@ -271,9 +437,10 @@ def _place(row: pd.Series) -> str:
     return f"{row['source']}, line {int(line)}"
 
 
-def merge_rows(frame: pd.DataFrame, fmt: str) -> pd.DataFrame:
+def merge_rows(frame: pd.DataFrame, fmt: str, threshold: float | None = None) -> pd.DataFrame:
     """Check and merge imported rows into one long table ``llm, item, subtask, correct[, ...]``.
 
+    - logged metric values become 1 / 0 / NaN (:func:`resolve_correct`, with ``threshold``);
     - the same (llm, item) twice with the same ``correct`` is kept once (their
       confidences are averaged); with different values it is an error naming
       the llm, the item, the values and the files;
@@ -284,7 +451,7 @@ def merge_rows(frame: pd.DataFrame, fmt: str) -> pd.DataFrame:
     """
     if frame.empty:
         raise ResponsesError(f"{fmt}: the logs hold no results")
-    df = frame.reset_index(drop=True)
+    df = resolve_correct(frame.reset_index(drop=True), threshold)
 
     observed = df[~df["correct"].isna()]
     grouped = observed.groupby(["llm", "item"], sort=False)["correct"].nunique()

@@ -5,7 +5,9 @@ Layout
 ``lm_eval --output_path OUT --log_samples`` writes, per model, a folder
 ``OUT/<org>__<model>/`` holding ``results_<timestamp>.json`` (aggregate
 scores and the run's configuration) and one ``samples_<task>_<timestamp>.jsonl``
-per task: one JSON object per line and per filter, with ``doc_id``,
+per task; ``--output_path FILE.json`` writes ``FILE_<timestamp>.json`` and the samples
+files into FILE's folder, without a model folder (Open LLM Leaderboard downloads of mid-2024
+name the samples files ``.json``: one sample per line, or a JSON list). Each sample is one JSON object per filter, with ``doc_id``,
 ``doc_hash``, ``target``, ``filter``, ``filtered_resps``, ``arguments``, the
 names of the task's metrics in ``metrics`` and each metric's value under its
 own key (``acc``, ``acc_norm``, ``exact_match``, ...).
@@ -13,10 +15,14 @@ own key (``acc``, ``acc_norm``, ``exact_match``, ...).
 What is read
 ------------
 llm
-    ``model_name`` of the ``results_<timestamp>.json`` with the samples file's
-    timestamp (else of the folder's results files, when they agree), else the
-    model named in its ``config.model_args`` (``pretrained=``, ``model=``,
-    ...), else the folder name with its first ``__`` read as ``/``.
+    ``model_name`` of the results JSON beside the samples file with its timestamp
+    (``<anything>_<timestamp>.json`` holding ``results`` and ``config``), else the model
+    named in its ``config.model_args`` (``pretrained=``, ``model=``, ...). A samples file
+    without a timestamp takes the folder's one results file. Otherwise the llm is the
+    folder name with its first ``__`` read as ``/``, with a :class:`HarnessLogWarning`;
+    two runs of one task in one folder whose models no results file names are refused
+    (they may be two models). A results file naming another model than its
+    ``<org>__<model>`` folder is warned about; the results file wins.
 item
     ``<task>:<doc_id>`` (``doc_id`` is the document's index in the task's
     dataset split; ``--item-key doc_hash`` uses ``<task>:<doc_hash>``, the hash
@@ -29,7 +35,9 @@ correct
     The first metric of ``--metric NAME[,NAME...]`` the task logs; by default
     the first of ``acc``, ``acc_norm``, ``exact_match``,
     ``prompt_level_strict_acc`` the task logs. Values must be
-    0 / 1 / true / false unless ``--threshold T`` is given.
+    0 / 1 / true / false unless ``--threshold T`` is given (which applies to
+    continuous metrics only). A metric logged as ``[gold, pred]`` pairs (``mcc``,
+    ``f1``) is correct where ``pred == gold``.
 filter
     A task logged under several filters (e.g. ``strict-match`` and
     ``flexible-extract``) needs ``--filter NAME`` unless one is ``none``.
@@ -37,7 +45,9 @@ confidence, n_options
     For multiple-choice tasks (every request a log-likelihood), the softmax of
     the options' log-likelihoods at the ``target`` option and the number of
     options. The raw (not length-normalized) log-likelihoods are used, the
-    ones ``acc`` takes its argmax of.
+    ones ``acc`` takes its argmax of. Tasks with several correct options (a list
+    ``target``, or a metric that is not 0/1 such as ``truthfulqa_mc2``'s probability
+    mass on the true options) get neither.
 """
 
 from __future__ import annotations
@@ -55,15 +65,19 @@ import pandas as pd
 from ._common import (
     HarnessLogError,
     ImportOptions,
-    binary_value,
     describe_keys,
     find_files,
+    gold_pred,
     item_id,
     iter_jsonl,
     llm_from_folder,
+    metric_value,
+    note,
+    parse_json,
     read_json,
     refuse_options,
     rows_frame,
+    warn,
 )
 
 logger = logging.getLogger(__name__)
@@ -92,13 +106,32 @@ BOOKKEEPING = frozenset(
 
 _UNUSED = frozenset({"doc", "resps", "prompt_hash", "target_hash"})
 _TIMESTAMP = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
-SAMPLES_NAME = re.compile(rf"^samples_(?P<task>.+?)(?:_(?P<stamp>{_TIMESTAMP}))?\.jsonl$")
-RESULTS_NAME = re.compile(rf"^results_(?P<stamp>{_TIMESTAMP})\.json$")
+SAMPLES_NAME = re.compile(rf"^samples_(?P<task>.+?)(?:_(?P<stamp>{_TIMESTAMP}))?\.jsonl?$")
+# lm-eval's results JSON: results_<ts>.json, or FILE_<ts>.json for --output_path FILE.json
+RESULTS_NAME = re.compile(rf"^(?P<prefix>.*?)_?(?P<stamp>{_TIMESTAMP})\.json$")
 MODEL_ARG_KEYS = ("peft", "delta", "pretrained", "model", "path", "engine")
 
 
 def is_samples_file(path: Path) -> bool:
+    """A ``samples_<task>[_<timestamp>].jsonl`` (or ``.json``) file."""
     return SAMPLES_NAME.match(path.name) is not None
+
+
+def iter_samples(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line, record)`` pairs of a samples file: JSON lines, or (``.json``) a JSON list."""
+    if path.suffix == ".jsonl":
+        return list(iter_jsonl(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise HarnessLogError(f"{path}: not UTF-8 text") from None
+    stripped = text.lstrip()
+    if not stripped.startswith("["):
+        return list(iter_jsonl(path))  # one sample per line, as the leaderboard wrote them
+    data = parse_json(text, str(path))
+    if not all(isinstance(rec, dict) for rec in data):
+        raise HarnessLogError(f"{path}: expected a JSON list of sample objects")
+    return [(0, rec) for rec in data]
 
 
 def read_lm_eval(paths: Sequence[str | Path], options: ImportOptions | None = None) -> pd.DataFrame:
@@ -123,16 +156,16 @@ def read_lm_eval(paths: Sequence[str | Path], options: ImportOptions | None = No
     files = find_files(
         paths, is_samples_file, FORMAT, "an lm-eval samples file (samples_<task>_<timestamp>.jsonl)"
     )
-    names: dict[Path, str] = {}
+    names = _Names()
     rows: list[dict[str, Any]] = []
     for path in files:
         match = SAMPLES_NAME.match(path.name)
         assert match is not None
-        llm = _llm_name(path, match.group("stamp"), names)
+        llm = names.llm(path, match.group("task"), match.group("stamp"))
         # keep what is read below; the documents and raw responses can be large
         records = [
             (line, {k: v for k, v in rec.items() if k not in _UNUSED})
-            for line, rec in iter_jsonl(path)
+            for line, rec in iter_samples(path)
         ]
         if not records:
             logger.warning("%s: empty samples file, skipped", path)
@@ -144,48 +177,112 @@ def read_lm_eval(paths: Sequence[str | Path], options: ImportOptions | None = No
 
 
 # ------------------------------------------------------------------ llm name
-def _llm_name(samples: Path, stamp: str | None, cache: dict[Path, str]) -> str:
-    folder = samples.parent
-    key = folder / (stamp or "")
-    if key in cache:
-        return cache[key]
-    name = None
-    if stamp is not None:
-        results = folder / f"results_{stamp}.json"
-        if results.is_file():
-            name = _name_from_results(results)
-    if name is None:
-        found = {}
-        for results in sorted(folder.glob("results_*.json")):
-            if RESULTS_NAME.match(results.name):
-                got = _name_from_results(results)
-                if got is not None:
-                    found[got] = results
-        if len(found) > 1:
-            raise HarnessLogError(
-                f"{samples}: cannot tell which model wrote it: the results files beside it name "
-                f"several models {describe_keys(found)}; keep one model per folder"
-            )
-        if found:
-            name = next(iter(found))
-    if name is None:
+class _Names:
+    """The llm of each samples file, from the results JSON beside it (see the module doc).
+
+    Why: a folder name is only a guess (``--output_path FILE.json`` writes several models
+    into one folder), so it is used with a warning and never to merge two runs of a task.
+    """
+
+    def __init__(self) -> None:
+        self._results: dict[Path, dict[str, Path]] = {}  # folder -> stamp -> results file
+        self._parsed: dict[Path, tuple[str | None, str | None]] = {}
+        # (folder, task) -> stamps of samples files named after the folder
+        self._guessed: dict[tuple[Path, str], list[Path]] = {}
+        self._warned: set[Path] = set()
+
+    def llm(self, samples: Path, task: str, stamp: str | None) -> str:
+        folder = samples.parent
+        by_stamp = self._results_files(folder)
+        results: Path | None = None
+        if stamp is not None:
+            results = by_stamp.get(stamp)
+        elif len(by_stamp) == 1:
+            results = next(iter(by_stamp.values()))
+        elif by_stamp:
+            named = {n for p in by_stamp.values() if (n := self._parse(p)[0]) is not None}
+            if len(named) > 1:
+                raise HarnessLogError(
+                    f"{samples}: cannot tell which model wrote it (no timestamp in its name): "
+                    f"the results files beside it name several models {describe_keys(named)}; "
+                    "keep one model per folder"
+                )
+            results = next(iter(by_stamp.values()))
+        if results is not None:
+            name, sanitized = self._parse(results)
+            if name is not None:
+                self._check_folder(samples, results, name, sanitized)
+                return name
         name = llm_from_folder(folder.name)
-        logger.debug("%s: no results file names the model; using the folder name %r", samples, name)
-    cache[key] = name
-    return name
+        runs = self._guessed.setdefault((folder, task), [])
+        runs.append(samples)
+        if len(runs) > 1:
+            raise HarnessLogError(
+                f"{runs[0]} and {samples}: two runs of task {task!r} in one folder and no "
+                "results JSON names their models, so they may be two models; keep each "
+                "run's results JSON beside its samples, or put each model in its own folder"
+            )
+        if folder not in self._warned:
+            self._warned.add(folder)
+            warn(
+                f"{folder}: no lm-eval results JSON with the timestamp of its samples files "
+                f"names their model; the llm is named {name!r} after the folder"
+            )
+        return name
+
+    def _results_files(self, folder: Path) -> dict[str, Path]:
+        if folder not in self._results:
+            found: dict[str, Path] = {}
+            for path in sorted(folder.glob("*.json")):
+                match = RESULTS_NAME.match(path.name)
+                if match is None or is_samples_file(path):
+                    continue
+                if self._parse(path) != (None, None) or _is_results(path):
+                    found.setdefault(match.group("stamp"), path)
+            self._results[folder] = found
+        return self._results[folder]
+
+    def _parse(self, path: Path) -> tuple[str | None, str | None]:
+        if path not in self._parsed:
+            self._parsed[path] = _name_from_results(path)
+        return self._parsed[path]
+
+    @staticmethod
+    def _check_folder(samples: Path, results: Path, name: str, sanitized: str | None) -> None:
+        folder = samples.parent.name
+        expected = sanitized or name.replace("/", "__")
+        if "__" in folder and folder != expected:
+            warn(
+                f"{results} names the model {name!r}, but its folder is {folder!r} "
+                f"(lm-eval would write {expected!r}); the llm is {name!r}, from the results file"
+            )
 
 
-def _name_from_results(path: Path) -> str | None:
-    data = read_json(path)
-    if not isinstance(data, dict):
-        raise HarnessLogError(f"{path}: expected a JSON object (an lm-eval results file)")
+def _is_results(path: Path) -> bool:
+    try:
+        data = read_json(path)
+    except HarnessLogError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("results"), dict)
+
+
+def _name_from_results(path: Path) -> tuple[str | None, str | None]:
+    """``(model name, sanitized name)`` of an lm-eval results JSON; Nones for other JSON."""
+    try:
+        data = read_json(path)
+    except HarnessLogError:
+        return None, None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
+        return None, None
+    sanitized = data.get("model_name_sanitized")
+    sanitized = sanitized.strip() if isinstance(sanitized, str) and sanitized.strip() else None
     name = data.get("model_name")
     if isinstance(name, str) and name.strip():
-        return name.strip()
+        return name.strip(), sanitized
     config = data.get("config")
     if isinstance(config, dict):
-        return model_from_args(config.get("model_args"))
-    return None
+        return model_from_args(config.get("model_args")), sanitized
+    return None, sanitized
 
 
 def model_from_args(model_args: Any) -> str | None:
@@ -225,14 +322,17 @@ def sample_rows(
     records = _one_filter(records, task, source, opts.filter)
     metric = _choose_metric(records, task, source, opts.metric)
     key_field = opts.item_key
+    if any(gold_pred(rec.get(metric)) is not None for _, rec in records):
+        note(
+            f"{source}: metric {metric!r} is logged as [gold, pred] pairs (for a corpus-level "
+            "score); an item counts as correct where pred == gold"
+        )
     for line, rec in records:
         where = f"{source}, line {line}" if line else f"{source}, row {_row_label(rec)}"
         item = item_id(task, rec.get(key_field), where=where, field=key_field)
         if metric not in rec:
             raise HarnessLogError(f"{where}: no value for metric {metric!r}")
-        correct = binary_value(
-            rec[metric], metric=metric, threshold=opts.threshold, where=where, llm=llm, item=item
-        )
+        correct = metric_value(rec[metric], metric=metric, where=where, llm=llm, item=item)
         confidence, n_options = choice_confidence(rec)
         doc_hash = rec.get("doc_hash")
         yield {
@@ -244,6 +344,7 @@ def sample_rows(
             "n_options": n_options,
             "source": str(source),
             "line": line,
+            "metric": metric,
             "doc_hash": str(doc_hash) if doc_hash is not None else None,
         }
 
@@ -368,8 +469,20 @@ def _continuations(rec: dict[str, Any]) -> list[str] | None:
     return conts
 
 
+def _several_targets(rec: dict[str, Any]) -> bool:
+    """A list ``target`` of more than one answer: several options are correct."""
+    target = rec.get("target")
+    if isinstance(target, np.ndarray):
+        target = target.tolist()
+    return isinstance(target, (list, tuple)) and len(target) > 1
+
+
 def _target_index(rec: dict[str, Any], n: int) -> int | None:
     target = rec.get("target")
+    if isinstance(target, np.ndarray):
+        target = target.tolist()
+    if isinstance(target, (list, tuple)) and len(target) == 1:
+        target = target[0]
     if isinstance(target, (bool, np.bool_)):
         return None
     if isinstance(target, (int, np.integer)):
@@ -394,12 +507,15 @@ def choice_confidence(rec: dict[str, Any]) -> tuple[float, int]:
     A sample is multiple choice when it has at least two requests and every
     ``filtered_resps`` entry is a ``[loglik, is_greedy]`` pair. The confidence
     is ``softmax(logliks)[target]``; it is NaN when the target option cannot
-    be identified (a list of targets, or text matching no option). Tasks
-    scored by ``acc_mutual_info`` log twice as many requests as options and
-    get neither.
+    be identified (text matching no option). Tasks scored by ``acc_mutual_info``
+    log twice as many requests as options, and a sample with several correct
+    options (a list ``target``) has no single right option and no 1/n chance
+    floor: they get neither.
     """
     metrics = rec.get("metrics")
     if isinstance(metrics, (list, tuple, np.ndarray)) and "acc_mutual_info" in list(metrics):
+        return math.nan, 0
+    if _several_targets(rec):
         return math.nan, 0
     resps = rec.get("filtered_resps")
     if isinstance(resps, np.ndarray):

@@ -15,7 +15,9 @@ llm, task
     From the nearest file or folder name of the form
     ``<org>__<model>__leaderboard_<task>`` (llm ``org/model``, subtask
     ``leaderboard_<task>``), or a file ``samples_leaderboard_<task>_<timestamp>.parquet``
-    inside a folder ``<org>__<model>``.
+    inside a folder ``<org>__<model>``. The details repositories as people download them
+    hold ``<org>__<model>/samples_leaderboard_<task>_<timestamp>.jsonl`` (``.json`` for the
+    runs of mid-2024): those are read too, the llm from the folder.
 item, correct, confidence, n_options
     As for lm-evaluation-harness logs (:mod:`.lm_eval`): item ``task:doc_id``
     (``--item-key doc_hash`` for ``task:doc_hash``), the first of ``acc``,
@@ -42,7 +44,7 @@ from ._common import (
     refuse_options,
     rows_frame,
 )
-from .lm_eval import sample_rows
+from .lm_eval import iter_samples, sample_rows
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +52,20 @@ FORMAT = "oll-details"
 _TIMESTAMP = r"\d{4}-\d{2}-\d{2}T\d{2}[-:]\d{2}[-:]\d{2}(?:\.\d+)?"
 CONFIG_NAME = re.compile(rf"^(?P<llm>.+?)__(?P<task>leaderboard_\w+?)(?:_{_TIMESTAMP})?$")
 SAMPLES_NAME = re.compile(rf"^samples_(?P<task>leaderboard_\w+?)(?:_{_TIMESTAMP})?$")
+SAMPLES_SUFFIXES = (".jsonl", ".json")
 # Columns never needed (large, or hashes of the prompt).
 SKIP_COLUMNS = frozenset({"doc", "resps", "prompt_hash", "target_hash"})
 
 
 def is_parquet(path: Path) -> bool:
     return path.suffix.lower() in (".parquet", ".pq")
+
+
+def is_details_file(path: Path) -> bool:
+    """A details Parquet file, or a downloaded ``samples_leaderboard_<task>_<ts>.json[l]``."""
+    if is_parquet(path):
+        return True
+    return path.suffix in SAMPLES_SUFFIXES and SAMPLES_NAME.match(path.stem) is not None
 
 
 def llm_and_task(path: Path) -> tuple[str, str]:
@@ -82,7 +92,8 @@ def read_oll_details(
     Parameters
     ----------
     paths
-        Parquet files, or folders searched recursively for them.
+        Parquet or ``samples_leaderboard_*.json[l]`` files, or folders searched
+        recursively for them.
     options
         Metric, threshold, filter and item-key choices (:class:`ImportOptions`).
 
@@ -95,16 +106,29 @@ def read_oll_details(
 
     opts = options or ImportOptions()
     refuse_options(opts, FORMAT, ["epoch"])
-    files = find_files(paths, is_parquet, FORMAT, "a Parquet file (.parquet)")
+    files = find_files(
+        paths,
+        is_details_file,
+        FORMAT,
+        "a details file (.parquet, or samples_leaderboard_<task>_<timestamp>.jsonl / .json)",
+    )
     rows: list[dict[str, Any]] = []
     for path in files:
         llm, task = llm_and_task(path)
-        try:
-            schema = pq.read_schema(path)
-            columns = [c for c in schema.names if c not in SKIP_COLUMNS]
-            records = pq.read_table(path, columns=columns).to_pylist()
-        except (OSError, ValueError) as err:
-            raise HarnessLogError(f"{path}: not a readable Parquet file ({err})") from None
+        lines: list[int] | None = None
+        if not is_parquet(path):
+            numbered_in = iter_samples(path)
+            lines = [line for line, _ in numbered_in]
+            records = [
+                {k: v for k, v in rec.items() if k not in SKIP_COLUMNS} for _, rec in numbered_in
+            ]
+        else:
+            try:
+                schema = pq.read_schema(path)
+                columns = [c for c in schema.names if c not in SKIP_COLUMNS]
+                records = pq.read_table(path, columns=columns).to_pylist()
+            except (OSError, ValueError) as err:
+                raise HarnessLogError(f"{path}: not a readable Parquet file ({err})") from None
         if not records:
             logger.warning("%s: no rows, skipped", path)
             continue
@@ -115,7 +139,7 @@ def read_oll_details(
                 f"{path}: no {opts.item_key!r} column (columns: {sorted(records[0])}); "
                 f"not a leaderboard details file{hint}"
             )
-        numbered = [(0, rec) for rec in records]
+        numbered = list(zip(lines or [0] * len(records), records, strict=True))
         rows.extend(sample_rows(numbered, llm=llm, task=task, source=path, opts=opts))
     frame = rows_frame(rows)
     logger.debug("%s: read %d results from %d files", FORMAT, len(frame), len(files))
