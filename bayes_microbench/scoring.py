@@ -116,14 +116,9 @@ N_IS_POINTS = 256
 #: conditional posteriors of every item draw sit well inside it.
 IS_DF = 5.0
 IS_INFLATE = 1.5
-#: Fewest posterior draws an interval read from a saved posterior may rest on. Measured
-#: on ``models/gpqa-2pl.nc`` (400 draws), 5 GPQA llms scored on 50 random items, 20
-#: reseeds each drawing k posterior draws at random: the sd of the 90% upper bound was
-#: 0.044 at k = 1 (width 0: a point), 0.022 at 10, 0.014 at 30, 0.008 at 100 and 0.005
-#: at 300 (k = 300 of 400 draws without replacement), and the mean width 0, 82%, 92%,
-#: 97% and 98% of the 400-draw width. At 100 draws the bound's Monte Carlo error is
-#: about a twentieth of the width; below it the interval is too narrow by more than
-#: its error. A MAP posterior has 1 draw.
+#: Fewest posterior draws an interval read from a saved posterior may rest on: below
+#: it the interval is too narrow by more than its Monte Carlo error (a MAP posterior has
+#: 1 draw). Why 100: docs/decisions/0001-few-draw-intervals.md.
 MIN_INTERVAL_DRAWS = 100
 _CHUNK_CELLS = 6_000_000  # draws x grid x items per chunk (about 48 MB of float64)
 #: Probability levels at which a :class:`Misfit` stores its standardized residual quantiles.

@@ -1,18 +1,11 @@
 """The calibration a fitted posterior carries: its misfit on the responses it was fitted on.
 
 Why: on real benchmarks the plain IRT predictive of the unobserved items is
-overconfident (on GPQA, 90% ``score`` intervals of held-out llms covered 73%);
-:func:`bayes_microbench.scoring.estimate_misfit` recalibrates it (split-conformal
-intervals), but only when asked and given the training responses. Computing it
-when the posterior is fitted and saving it in the ``.nc`` makes the calibrated
-interval the default answer.
-
-The calibration is in-sample for the item parameters (``estimate_misfit`` with
-``fit=None``): the llms that fitted the posterior are split by items and scored
-against it. Cross-fitting (``estimate_misfit(..., fit=recipe)``) would refit the
-posterior ``n_folds`` times, four NUTS fits more per ``fit``; the docstring of
-``estimate_misfit`` records that on GPQA both gave the same held-out coverage.
-Measured by hand: 17.7 s for GPQA's 2PL (420 llms x 448 items, 200 draws).
+overconfident; :func:`bayes_microbench.scoring.estimate_misfit` recalibrates it
+(split-conformal intervals). Computing it when the posterior is fitted and
+saving it in the ``.nc`` makes the calibrated interval the default answer. It is
+in-sample for the item parameters (``estimate_misfit`` with ``fit=None``); why,
+and its cost: docs/decisions/0002-calibration-saved-with-the-posterior.md.
 """
 
 from __future__ import annotations
@@ -99,7 +92,7 @@ def calibrate_fitted(
 def calibration_hash(ds: xr.Dataset) -> str:
     """SHA-256 over a calibration group's values and attrs (stored beside it, checked on load)."""
     h = hashlib.sha256()
-    for name in sorted(ds.variables):
+    for name in sorted(ds.variables, key=str):
         values = np.ascontiguousarray(np.asarray(ds[name].values, dtype=np.float64))
         h.update(str(name).encode())
         h.update(values.tobytes())
