@@ -26,6 +26,7 @@ import logging
 import os
 import platform
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +121,9 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
     ppc = posterior_predictive_check(fit, max_draws=400, random_seed=spec.seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     nc = out_dir / f"{spec.name}.nc"
+    t_cal = time.perf_counter()
     fit.calibrate(random_seed=spec.seed)  # the calibration score applies by default
+    calibration_seconds = time.perf_counter() - t_cal
     fit.save(nc, items_only=True, thin=spec.thin)
     diag = fit.diagnostics
     assert diag is not None
@@ -154,6 +157,8 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
         "discrimination_prior": fit.config.discrimination_prior,
         "discrimination_median": float(post["discrimination"].median()),
         "ability_sd_posterior_mean": float(post["ability"].mean(("chain", "draw")).std()),
+        "calibration_seconds": round(calibration_seconds, 1),
+        "seed": spec.seed,
     }
     text = _card_markdown(card)
     write_atomic(out_dir / f"{spec.name}.md", lambda tmp: tmp.write_text(text))
@@ -229,6 +234,15 @@ worker process per chain), the `{c["parameterization"]}` parameterization and nu
 - per-llm accuracy: {p["llm_accuracy_ppp_outside_5_95"]} of {p["n_llms"]} llms with a p-value outside [0.05, 0.95]; mean |observed - predicted| = {p["llm_accuracy_mean_abs_error"]:.4f}
 - per-item proportion correct: {p["item_p_correct_ppp_outside_5_95"]} of {p["n_items"]} items outside [0.05, 0.95]; mean |observed - predicted| = {p["item_p_correct_mean_abs_error"]:.4f}
 - raw-score distribution: sd observed {p["raw_score_sd_observed"]:.2f}, p-value {p["raw_score_sd_ppp"]:.2f}; {100 * p["sorted_raw_scores_inside_interval"]:.0f}% of the sorted raw scores inside their 90% predictive band
+
+## Calibration
+The file carries a `calibration` group: the split-conformal recalibration of the
+IRT predictive of unobserved items (`scoring.estimate_misfit`, item-split
+cross-validation on the {c["n_llms"]} llms it was fitted on, in-sample for the items,
+random subsets of 25/50/100/200 items, 2 splits, 200 draws, seed {c["seed"]}), with a
+`calibration_hash` checked on load. `score` applies it by default (`--raw-model`
+for the raw interval); it took {c["calibration_seconds"]} s here. Why in-sample:
+`docs/decisions/0002-calibration-saved-with-the-posterior.md`.
 
 ## Timing
 Sampling wall time {c["wall_seconds"]} s (CPU {c["cpu_seconds"]} s, the fitting process and
