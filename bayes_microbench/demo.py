@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,7 @@ def run_demo(
     # the tables and figures describe one run: written all together or not at all
     with output_set(out, stale=REPORT_FILES) as staged:
         for name, table in tables.items():
-            files.append(staged.write(name, lambda t, table=table: table.to_csv(t, index=False)))
+            files.append(staged.write(name, partial(table.to_csv, index=False)))
         for stem, draw in figures.items():
             for path in plots.save_figure(draw(), staged.path(stem)):
                 files.append(out / path.relative_to(staged.staging))

@@ -174,6 +174,8 @@ def test_cli_mdad_and_plan(world, tmp_path, capsys):
     assert main([*args, "--threshold", "1.2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "nope" in err[0] and "999" in err[1] and "threshold" in err[2]
-    assert main(["plan", "--posterior", str(p), "--delta", "5", "--max-draws", "100", "--json"]) == 0
+    assert (
+        main(["plan", "--posterior", str(p), "--delta", "5", "--max-draws", "100", "--json"]) == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     assert plan["n_items"] is not None and [r["gap"] for r in plan["table"]] == [1, 2, 3, 5, 10]
