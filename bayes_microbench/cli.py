@@ -46,6 +46,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "score",
     "mdad",
     "plan",
+    "validate",
 )
 
 
