@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from ..exceptions import ConvergenceWarning, UserInputError
     from ..io import load_responses
     from ..irt import IRTModel
+    from ..irt.config import check_parameterization
     from ..irt.model import SMALL_MATRIX_HINT
 
     out = Path(args.output)
@@ -142,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError(
             f"--dims applies only to --model 2pl-md (got --model {args.model}); drop --dims"
         )
+    check_parameterization(args.model, args.discrimination_prior, args.parameterization)
     resp = load_responses(args.responses, args.items)
     model = IRTModel(resp, args.model, config=config or None)
     with warnings.catch_warnings():

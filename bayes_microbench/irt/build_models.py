@@ -239,9 +239,9 @@ worker process per chain), the `{c["parameterization"]}` parameterization and nu
 The file carries a `calibration` group: the split-conformal recalibration of the
 IRT predictive of unobserved items (`scoring.estimate_misfit`, item-split
 cross-validation on the {c["n_llms"]} llms it was fitted on, in-sample for the items,
-random subsets of 25/50/100/200 items, 2 splits, 200 draws, seed {c["seed"]}), with a
+random subsets of 25/50/100/200 items, 2 splits, 200 draws, seed {c.get("seed", 0)}), with a
 `calibration_hash` checked on load. `score` applies it by default (`--raw-model`
-for the raw interval); it took {c["calibration_seconds"]} s here. Why in-sample:
+for the raw interval); it took {c.get("calibration_seconds", "?")} s here. Why in-sample:
 `docs/decisions/0002-calibration-saved-with-the-posterior.md`.
 
 ## Timing

@@ -181,3 +181,18 @@ class SamplerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def check_parameterization(model: str, discrimination_prior: str, parameterization: str) -> None:
+    """Refuse a parameterization the model and prior do not have, before any data is read.
+
+    Why: the graph builder finds out only after the data are loaded and checked,
+    and a command should refuse a bad combination of flags in one line, first.
+    """
+    if parameterization == "decoupled-nc" and (
+        model not in ("2pl", "3pl") or discrimination_prior == "truncated-normal"
+    ):
+        raise ConfigurationError(
+            "parameterization 'decoupled-nc' applies to the 2PL and 3PL with the "
+            "lognormal discrimination prior"
+        )

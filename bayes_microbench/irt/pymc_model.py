@@ -116,8 +116,7 @@ from typing import Any
 
 import numpy as np
 
-from ..exceptions import ConfigurationError
-from .config import IRTConfig
+from .config import IRTConfig, check_parameterization
 from .data import IRTData
 
 PARAMETERIZATIONS = ("decoupled", "decoupled-nc", "slope-intercept", "non-centered", "textbook")
@@ -270,11 +269,7 @@ def build(
         e_init = init["logit_item"].astype(dtype)
 
         if parameterization == "decoupled-nc":
-            if not two_pl or truncated:
-                raise ConfigurationError(
-                    "parameterization 'decoupled-nc' applies to the 2PL and 3PL with the "
-                    "lognormal discrimination prior"
-                )
+            check_parameterization(config.model, config.discrimination_prior, parameterization)
             # the decoupled ability block with non-centered items: the likelihood sees
             # discrimination * s = exp(mu_lat + sd * z), so s meets only mu_lat's prior
             m, theta_lik, log_s = _decoupled_ability(n_l, init["z"].astype(dtype), sphere=True)
