@@ -65,7 +65,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -751,7 +751,7 @@ def score(
     n_grid: int | None = None,
     random_seed: int | np.random.Generator | None = 0,
     draws: ItemDraws | None = None,
-    misfit: Misfit | None = None,
+    misfit: Misfit | Literal["saved"] | None = "saved",
     min_draws: int | None = None,
 ) -> xr.Dataset:
     """Posterior of each llm's ability and full-benchmark accuracy from its responses.
@@ -787,9 +787,11 @@ def score(
         [0, 1]) with ``m`` the llm's IRT-predicted accuracy there and ``R``
         drawn from the calibration's empirical standardized residuals, at each
         llm's number of observed items: a split-conformal interval. The
-        ``ability`` draws are unchanged. ``None`` trusts the IRT model exactly
-        (attr ``misfit`` says so): on real benchmarks the intervals are then
-        too narrow.
+        ``ability`` draws are unchanged. ``"saved"`` (default): the
+        calibration the posterior carries (a fit, or a file read with
+        :func:`~bayes_microbench.irt.load_posterior`, saved by ``fit``), and none
+        where it carries none. ``None`` trusts the IRT model exactly (attr
+        ``misfit`` says so): on real benchmarks the intervals are then too narrow.
     min_draws
         Fewest posterior draws the intervals may rest on (default: the
         posterior's requirement, :meth:`ItemDraws.check_interval_draws`);
@@ -839,6 +841,12 @@ def score(
     n_obs = observed.sum(axis=1)
     hits, expected = _unobserved_hits(draws, ability, observed, rng)
     n_unobs = n_bench - n_obs
+    if isinstance(misfit, str):
+        if misfit != "saved":
+            raise UserInputError(f"misfit must be a Misfit, 'saved' or None, got {misfit!r}")
+        # a fit or a loaded file carries it; a bare Dataset (its posterior group) does not
+        carried = not isinstance(posterior, (xr.Dataset, xr.DataTree))
+        misfit = getattr(posterior, "calibration", None) if carried else None
     if misfit is not None:
         hits = misfit.apply(hits, expected, n_obs, n_unobs, rng)
         misfit_note = misfit.describe()

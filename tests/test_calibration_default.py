@@ -119,3 +119,21 @@ def test_fit_saves_calibration_by_default(tmp_path, capsys):
     assert report["calibration"]["seconds"] > 0
     saved = load_posterior(out).calibration
     assert saved is not None and saved.n_llms == 30
+
+
+def test_library_score_applies_the_calibration_a_loaded_file_carries(world):
+    from bayes_microbench.irt import load_posterior
+    from bayes_microbench.scoring import score
+
+    new = world["resp"].isel(llm=slice(0, 4), item=slice(0, 15))
+    loaded = load_posterior(world["cal"])
+    saved = score(loaded, new, random_seed=0)
+    explicit = score(loaded.posterior, new, misfit=world["misfit"], random_seed=0)
+    raw = score(loaded, new, misfit=None, random_seed=0)
+    assert saved.attrs["misfit"] == explicit.attrs["misfit"] != raw.attrs["misfit"]
+    np.testing.assert_array_equal(
+        saved["accuracy_interval"].values, explicit["accuracy_interval"].values
+    )
+    # a bare posterior Dataset carries no calibration: the raw interval, as before
+    bare = score(loaded.posterior, new, random_seed=0)
+    np.testing.assert_array_equal(bare["accuracy_interval"].values, raw["accuracy_interval"].values)
