@@ -265,7 +265,9 @@ def load_responses(
         ``NAME.items.csv`` beside ``NAME.csv`` when it exists.
     on_empty
         ``"drop"`` (default) removes llms and items with no observed cell with a
-        warning naming them; ``"raise"`` refuses the file.
+        warning naming them; ``"subset"`` does the same but says nothing of the
+        items (the responses of llms evaluated on a subset leave most items
+        unasked); ``"raise"`` refuses the file.
 
     Returns
     -------

@@ -48,7 +48,7 @@ import xarray as xr
 from ._validate import check_unique, preview, show_value
 from .exceptions import DroppedDataWarning, ResponsesError
 
-EmptyPolicy = Literal["drop", "raise"]
+EmptyPolicy = Literal["drop", "subset", "raise"]
 Labels = Sequence[Any] | np.ndarray
 
 
@@ -307,8 +307,18 @@ class Responses:
             keep_l, keep_i = ~empty_llm, ~empty_item
             if not keep_l.any() or not keep_i.any():
                 raise ResponsesError(f"{where}: the response matrix has no observed cell")
-            # said once, as a warning (the CLI prints it as one line); not logged as well
-            warnings.warn(msg + "; dropped them", DroppedDataWarning, stacklevel=2)
+            # said once, as a warning (the CLI prints it as one line); not logged as well.
+            # "subset": the llms answered a subset of a benchmark, so unasked items are
+            # expected and dropped without a word; an llm with no answer is still said
+            if on_empty != "subset":
+                warnings.warn(msg + "; dropped them", DroppedDataWarning, stacklevel=2)
+            elif empty_llm.any():
+                warnings.warn(
+                    f"{where}: no observed response for llms {preview(llm_labels[empty_llm])}; "
+                    "dropped them",
+                    DroppedDataWarning,
+                    stacklevel=2,
+                )
             values = values[np.ix_(keep_l, keep_i)]
             llm_labels, item_labels, sub = llm_labels[keep_l], item_labels[keep_i], sub[keep_i]
             if conf is not None:

@@ -657,3 +657,23 @@ def test_saved_responses_load_back_equal(tmp_path_factory, r, suffix):
         assert back.confidence is None
     else:
         np.testing.assert_array_equal(back.confidence, r.confidence)
+
+
+def test_score_says_nothing_of_the_items_a_subset_leaves_unasked(tmp_path, capsys):
+    from bayes_microbench.scoring import read_posterior
+
+    posterior = ROOT / "models" / "gpqa-2pl.nc"
+
+    ids = [str(i) for i in read_posterior(str(posterior))["item"].values]
+    rows = {"llm": ["a", "b", "c"]}
+    for k, item in enumerate(ids):
+        rows[item] = [float(k % 2), float((k + 1) % 2), np.nan] if k < 30 else [np.nan] * 3
+    path = tmp_path / "subset.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # printed by the CLI as one line each, not raised
+        code = main(["score", "--posterior", str(posterior), "--responses", str(path), "--json"])
+    assert code == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    # the 418 unasked items are not news; the llm that answered nothing is
+    assert len(err) == 1 and "llms ['c']" in err[0] and "items" not in err[0], err

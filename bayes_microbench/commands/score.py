@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.raw_model and args.calibrate_with is not None:
         raise UserInputError("--raw-model and --calibrate-with contradict each other; drop one")
     posterior, saved = read_posterior_file(args.posterior)
-    resp = load_responses(args.responses, args.items)
+    resp = load_responses(args.responses, args.items, on_empty="subset")
     misfit = None if args.raw_model else saved
     if misfit is None and not args.raw_model and args.calibrate_with is None:
         warnings.warn(
