@@ -120,6 +120,9 @@ IS_INFLATE = 1.5
 #: it the interval is too narrow by more than its Monte Carlo error (a MAP posterior has
 #: 1 draw). Why 100: docs/decisions/0001-few-draw-intervals.md.
 MIN_INTERVAL_DRAWS = 100
+#: The same floor for a posterior built in memory (a library caller's own draws): at 20
+#: draws a 90% bound is still noisy but no longer a pair of draws' accident.
+MIN_MEMORY_DRAWS = 20
 _CHUNK_CELLS = 6_000_000  # draws x grid x items per chunk (about 48 MB of float64)
 #: Probability levels at which a :class:`Misfit` stores its standardized residual quantiles.
 _LEVELS = np.linspace(0.0, 1.0, 401)
@@ -149,7 +152,7 @@ class ItemDraws:
     #: an interval may rest on (see :meth:`check_interval_draws`)
     n_available: int = 0
     source: str = "posterior"
-    min_interval_draws: int = 2
+    min_interval_draws: int = MIN_MEMORY_DRAWS
 
     @property
     def n_dims(self) -> int:
@@ -169,8 +172,8 @@ class ItemDraws:
 
         ``min_draws`` defaults to the posterior's own requirement: a posterior
         read from a file by :func:`read_posterior` (what the commands read)
-        needs :data:`MIN_INTERVAL_DRAWS`; one built in memory needs 2 (a single
-        draw always gives a zero-width interval). Why: the quantiles of a few
+        needs :data:`MIN_INTERVAL_DRAWS`; one built in memory needs
+        :data:`MIN_MEMORY_DRAWS`. Why: the quantiles of a few
         draws are Monte Carlo noise, and those of one draw a point, which would
         read as certainty. A point-estimate posterior (``fit --method map``)
         is refused, not flagged: it has no posterior uncertainty to show.
@@ -494,7 +497,7 @@ def item_draws(
         loadings,
         n_available=n_available,
         source=str(ds.attrs.get("source_file", where)),
-        min_interval_draws=int(ds.attrs.get("min_interval_draws", 2)),
+        min_interval_draws=int(ds.attrs.get("min_interval_draws", MIN_MEMORY_DRAWS)),
     )
 
 

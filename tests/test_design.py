@@ -91,14 +91,14 @@ def test_same_seed_same_curves(world):
 def test_fixed_subset_and_bad_inputs(world):
     _, _, post = world
     items = post["item"].to_numpy()
-    res = D.design_curves(post, subset=list(items[:30]), max_draws=10)
+    res = D.design_curves(post, subset=list(items[:30]), max_draws=20)
     assert res["n_items"].to_numpy().tolist() == [30]
     with pytest.raises(UserInputError, match=r"not in the posterior.*ghost"):
-        D.design_curves(post, subset=["ghost", items[0]], max_draws=10)
+        D.design_curves(post, subset=["ghost", items[0]], max_draws=20)
     with pytest.raises(UserInputError, match="larger than the benchmark"):
-        D.design_curves(post, sizes=[10, 500], max_draws=10)
+        D.design_curves(post, sizes=[10, 500], max_draws=20)
     with pytest.raises(UserInputError, match=r"threshold must lie in \(0.5, 1\)"):
-        D.design_curves(post, sizes=[10], threshold=0.4, max_draws=10)
+        D.design_curves(post, sizes=[10], threshold=0.4, max_draws=20)
 
 
 def test_plan_needs_more_items_for_smaller_gaps(world):
