@@ -338,3 +338,25 @@ def warn_if_unconverged(
             ConvergenceWarning,
             stacklevel=stacklevel,
         )
+
+
+def fit_verdict(summary: ConvergenceSummary | None, fit_info: dict[str, Any]) -> bool | None:
+    """Whether a fit converged: NUTS by its diagnostics, an approximation by its optimizer.
+
+    ``None`` where neither is recorded (before fitting, or an artifact older than
+    the optimizer flag). Why: an optimizer that stopped short (L-BFGS-B's ABNORMAL
+    line search, the iteration limit) is as unusable as an unmixed chain.
+    """
+    if summary is not None:
+        return summary.ok
+    flag = fit_info.get("converged")
+    return None if flag is None else bool(flag)
+
+
+def fit_problems(summary: ConvergenceSummary | None, fit_info: dict[str, Any]) -> list[str]:
+    """What failed in a fit, one phrase each (empty when it converged)."""
+    if summary is not None:
+        return list(summary.problems)
+    if fit_info.get("converged") is False:
+        return [f"optimizer: {fit_info.get('optimizer_message', 'did not converge')}"]
+    return []

@@ -40,7 +40,7 @@ import xarray as xr
 from ..exceptions import IncompatibleArtifactError
 from ..io import write_atomic
 from .config import FORMAT_VERSION, IRTConfig, SamplerConfig
-from .diagnostics import ConvergenceSummary
+from .diagnostics import ConvergenceSummary, fit_problems, fit_verdict
 
 CALIBRATION_GROUP = "calibration"
 
@@ -211,18 +211,11 @@ class FittedIRT:
 
         ``None`` when the file records neither (an artifact older than the optimizer flag).
         """
-        if self.diagnostics is not None:
-            return self.diagnostics.ok
-        flag = self.fit_info.get("converged")
-        return None if flag is None else bool(flag)
+        return fit_verdict(self.diagnostics, self.fit_info)
 
     def convergence_problems(self) -> list[str]:
-        """The failed checks of an unconverged fit, one phrase each (empty otherwise)."""
-        if self.diagnostics is not None:
-            return list(self.diagnostics.problems)
-        if self.fit_info.get("converged") is False:
-            return [f"optimizer: {self.fit_info.get('optimizer_message', 'did not converge')}"]
-        return []
+        """What failed, one phrase each (empty when converged)."""
+        return fit_problems(self.diagnostics, self.fit_info)
 
     def item_embeddings(self) -> xr.DataArray:
         """Posterior-mean loadings ``(item, dim)`` of a ``2pl-md`` posterior.

@@ -25,7 +25,13 @@ from ..exceptions import ConfigurationError, ConvergenceWarning
 from ..responses import Responses
 from .config import BACKENDS, METHODS, IRTConfig, SamplerConfig
 from .data import IRTData
-from .diagnostics import ConvergenceSummary, summarize, warn_if_unconverged
+from .diagnostics import (
+    ConvergenceSummary,
+    fit_problems,
+    fit_verdict,
+    summarize,
+    warn_if_unconverged,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -464,18 +470,11 @@ class IRTModel:
         ``None`` only before fitting. Why: an optimizer that stopped short (L-BFGS-B's
         ABNORMAL line search, the iteration limit) is as unusable as an unmixed chain.
         """
-        if self.diagnostics is not None:
-            return self.diagnostics.ok
-        flag = self.fit_info.get("converged")
-        return None if flag is None else bool(flag)
+        return fit_verdict(self.diagnostics, self.fit_info)
 
     def convergence_problems(self) -> list[str]:
         """What failed, one phrase each (empty when converged)."""
-        if self.diagnostics is not None:
-            return list(self.diagnostics.problems)
-        if self.fit_info.get("converged") is False:
-            return [f"optimizer: {self.fit_info.get('optimizer_message', 'did not converge')}"]
-        return []
+        return fit_problems(self.diagnostics, self.fit_info)
 
     def _assemble(
         self, raw: dict[str, np.ndarray], sample_stats: dict[str, np.ndarray] | None, param: str
