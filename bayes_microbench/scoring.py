@@ -120,6 +120,10 @@ IS_INFLATE = 1.5
 #: it the interval is too narrow by more than its Monte Carlo error (a MAP posterior has
 #: 1 draw). Why 100: docs/decisions/0001-few-draw-intervals.md.
 MIN_INTERVAL_DRAWS = 100
+#: Fewest unobserved items a :class:`Misfit` is estimated at (each split leaves at least
+#: this many), and so applied at: nearer the whole benchmark the IRT predictive is kept,
+#: since a continuous recalibrated rate over 1-9 items misses the lattice of the count.
+MIN_CALIBRATED_UNOBSERVED = 10
 #: The same floor for a posterior built in memory (a library caller's own draws): at 20
 #: draws a 90% bound is still noisy but no longer a pair of draws' accident.
 MIN_MEMORY_DRAWS = 20
@@ -1039,15 +1043,16 @@ class Misfit:
         """Recalibrated draws of the number correct on the unobserved items ``(draws, llms)``.
 
         ``expected`` holds the IRT expectation of each draw (sum of ``p_i``);
-        ``hits`` (the IRT Bernoulli draws) only fixes the shape: the residual
-        draws already carry the Bernoulli noise, the ability uncertainty and
-        the misfit.
+        ``hits`` holds the IRT Bernoulli draws, kept for llms with fewer than
+        :data:`MIN_CALIBRATED_UNOBSERVED` unobserved items (outside the range
+        the calibration was estimated on); elsewhere the residual draws already
+        carry the Bernoulli noise, the ability uncertainty and the misfit.
         """
         u = np.maximum(np.asarray(n_unobs, dtype=np.float64), 1.0)
         centre, scale = self.at(n_obs, (expected / u).mean(axis=0))
         r = self.residual_quantile(n_obs, rng.random(hits.shape))
-        new = centre + scale * r
-        return np.where(np.asarray(n_unobs) > 0, np.clip(new, 0.0, 1.0) * u, 0.0)
+        new = np.clip(centre + scale * r, 0.0, 1.0) * u
+        return np.where(np.asarray(n_unobs) >= MIN_CALIBRATED_UNOBSERVED, new, hits)
 
     def describe(self) -> str:
         """One line for result attrs and reports."""
@@ -1272,7 +1277,7 @@ def estimate_misfit(
         n_splits = 1
     else:
         sizes = sorted({check_positive_int(int(n), "sizes") for n in sizes})
-        too_big = [n for n in sizes if n > n_avail.min() - 10]
+        too_big = [n for n in sizes if n > n_avail.min() - MIN_CALIBRATED_UNOBSERVED]
         if too_big:
             raise UserInputError(
                 f"{here}: sizes {too_big} leave fewer than 10 unobserved items for "

@@ -137,3 +137,24 @@ def test_library_score_applies_the_calibration_a_loaded_file_carries(world):
     # a bare posterior Dataset carries no calibration: the raw interval, as before
     bare = score(loaded.posterior, new, random_seed=0)
     np.testing.assert_array_equal(bare["accuracy_interval"].values, raw["accuracy_interval"].values)
+
+
+def test_calibration_keeps_the_irt_predictive_near_the_whole_benchmark(world):
+    """With 1-9 unasked items the count's lattice matters: the IRT predictive is kept.
+
+    A continuous recalibrated rate over 2 unasked items gave intervals narrower than one
+    item's step that missed every held-out llm's true accuracy (metabench MMLU, n = 100
+    of 102 in the held-out validation).
+    """
+    from bayes_microbench.scoring import MIN_CALIBRATED_UNOBSERVED, score
+
+    resp, post, misfit = world["resp"], world["post"], world["misfit"]
+    near = resp.isel(llm=slice(0, 6), item=slice(0, 60 - (MIN_CALIBRATED_UNOBSERVED - 1)))
+    far = resp.isel(llm=slice(0, 6), item=slice(0, 60 - MIN_CALIBRATED_UNOBSERVED))
+    for sub, same in ((near, True), (far, False)):
+        cal = score(post, sub, misfit=misfit, random_seed=4)["accuracy"].values
+        raw = score(post, sub, misfit=None, random_seed=4)["accuracy"].values
+        assert np.array_equal(cal, raw) is same
+    # the kept predictive lives on the lattice of the count: k / 60
+    counts = score(post, near, misfit=misfit, random_seed=4)["accuracy"].values * 60
+    np.testing.assert_allclose(counts, np.round(counts), atol=1e-9)
