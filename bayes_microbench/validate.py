@@ -113,7 +113,8 @@ class ValidationResult:
 
 
 def default_fit(model: str = "2pl") -> Callable[[Responses, int], FittedPosterior]:
-    """The ``fit`` command's default recipe as a validation fit: NUTS, then calibration.
+    """The ``fit`` command's default recipe as a validation fit: NUTS (draws extended as
+    ``fit`` extends them), then calibration.
 
     Parameters
     ----------
@@ -126,13 +127,12 @@ def default_fit(model: str = "2pl") -> Callable[[Responses, int], FittedPosterio
     """
 
     def fit(train: Responses, seed: int) -> FittedPosterior:
-        from .irt import IRTModel
         from .irt.calibration import calibrate_fitted
+        from .irt.model import fit_extending_draws
 
-        irt = IRTModel(train, model)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # reported below, once
-            irt.fit("nuts", random_seed=seed, progressbar=False)
+            irt = fit_extending_draws(train, model, random_seed=seed, progressbar=False)
         converged = irt.converged
         note = ""
         if converged is False:

@@ -57,7 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--chains", type=POSITIVE_INT, default=2, help="NUTS chains (default 2)")
     p.add_argument(
-        "--draws", type=POSITIVE_INT, default=1000, help="draws per chain (default 1000)"
+        "--draws",
+        type=POSITIVE_INT,
+        default=None,
+        help="draws per chain (default for NUTS: 1000, extended up to 4000 when a fit misses "
+        "only R-hat or ESS; 1000 for the approximations)",
     )
     p.add_argument(
         "--tune", type=NON_NEGATIVE_INT, default=1000, help="NUTS tuning steps (default 1000)"
@@ -116,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     from ..io import load_responses
     from ..irt import IRTModel
     from ..irt.config import check_parameterization
-    from ..irt.model import SMALL_MATRIX_HINT
+    from ..irt.model import SMALL_MATRIX_HINT, fit_extending_draws
 
     out = Path(args.output)
     if out.suffix.lower() not in (".nc", ".netcdf", ".h5"):
@@ -145,19 +149,22 @@ def run(args: argparse.Namespace) -> int:
         )
     check_parameterization(args.model, args.discrimination_prior, args.parameterization)
     resp = load_responses(args.responses, args.items)
-    model = IRTModel(resp, args.model, config=config or None)
+    settings = {
+        "chains": args.chains,
+        "tune": args.tune,
+        "random_seed": args.seed,
+        "progressbar": args.progress and not args.quiet,
+        "backend": args.backend,
+        "parameterization": args.parameterization,
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # reported below, once
-        model.fit(
-            args.method,
-            chains=args.chains,
-            draws=args.draws,
-            tune=args.tune,
-            random_seed=args.seed,
-            progressbar=args.progress and not args.quiet,
-            backend=args.backend,
-            parameterization=args.parameterization,
-        )
+        if args.method == "nuts" and args.draws is None:
+            # the data decide the chain length, within DRAWS_BUDGET draws per chain
+            model = fit_extending_draws(resp, args.model, config or None, **settings)
+        else:
+            model = IRTModel(resp, args.model, config=config or None)
+            model.fit(args.method, draws=args.draws or 1000, **settings)
     diag = model.diagnostics
     # NUTS: the diagnostics; an approximation: its optimizer (MAP's L-BFGS-B, ADVI's schedule)
     converged = model.converged is not False
@@ -187,7 +194,9 @@ def run(args: argparse.Namespace) -> int:
         "parameterization": model.parameterization,
         "n_llms": model.data.n_llms,
         "n_items": model.data.n_items,
-        "wall_seconds": round(float(model.wall_seconds or 0.0), 3),
+        "wall_seconds": round(
+            float(model.fit_info.get("wall_seconds_all", model.wall_seconds) or 0.0), 3
+        ),
         "converged": model.converged,
         "max_rhat": diag.max_rhat if diag else None,
         "min_ess_bulk": diag.min_ess_bulk if diag else None,

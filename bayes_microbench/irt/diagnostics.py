@@ -18,6 +18,10 @@ MAX_RHAT = 1.01
 MIN_ESS_BULK = 400.0
 MIN_ESS_TAIL = 400.0
 MIN_BFMI = 0.3
+#: Draws per chain a default NUTS fit may grow to when it misses only R-hat or ESS.
+DRAWS_BUDGET = 4000
+#: Above this R-hat the chains sit in different places: more draws will not mix them.
+MAX_EXTENDABLE_RHAT = 1.05
 
 #: Saved parameters the diagnostics cover.
 CHECKED = (
@@ -360,3 +364,43 @@ def fit_problems(summary: ConvergenceSummary | None, fit_info: dict[str, Any]) -
     if fit_info.get("converged") is False:
         return [f"optimizer: {fit_info.get('optimizer_message', 'did not converge')}"]
     return []
+
+
+def more_draws(summary: ConvergenceSummary, draws: int, budget: int = DRAWS_BUDGET) -> int | None:
+    """Draws per chain that should meet the thresholds a fit of ``draws`` missed, or None.
+
+    Only a fit that misses R-hat or ESS alone is extended: divergences, a low
+    BFMI or an R-hat above :data:`MAX_EXTENDABLE_RHAT` are not cured by more
+    draws. ESS grows about linearly with the draws, so the draws are scaled by
+    the shortfall of the lower ESS (with a 20% margin) and at least doubled when
+    R-hat misses, rounded up to 500 and capped at ``budget``.
+
+    Parameters
+    ----------
+    summary
+        The convergence summary of the fit.
+    draws
+        Its draws per chain.
+    budget
+        The most draws per chain to try.
+
+    Returns
+    -------
+    The next draws per chain, or None where the fit converged, cannot be
+    mended by more draws, or the budget is spent.
+
+    Why: R-hat and ESS near their thresholds on a real matrix are a question
+    of chain length, which the data, not the user, should decide.
+    """
+    if summary.ok or summary.divergences or draws >= budget:
+        return None
+    if np.isfinite(summary.min_bfmi) and summary.min_bfmi < MIN_BFMI:
+        return None
+    if not np.isfinite(summary.max_rhat) or summary.max_rhat > MAX_EXTENDABLE_RHAT:
+        return None
+    ess = max(1.0, min(summary.min_ess_bulk, summary.min_ess_tail))
+    factor = max(1.2 * max(MIN_ESS_BULK, MIN_ESS_TAIL) / ess, 1.0)
+    if summary.max_rhat > MAX_RHAT:
+        factor = max(factor, 2.0)
+    step = 500
+    return int(min(budget, -(-int(draws * factor) // step) * step))

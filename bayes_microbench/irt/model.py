@@ -26,9 +26,11 @@ from ..responses import Responses
 from .config import BACKENDS, METHODS, IRTConfig, SamplerConfig
 from .data import IRTData
 from .diagnostics import (
+    DRAWS_BUDGET,
     ConvergenceSummary,
     fit_problems,
     fit_verdict,
+    more_draws,
     summarize,
     warn_if_unconverged,
 )
@@ -557,6 +559,83 @@ class IRTModel:
 
 
 # ------------------------------------------------------------------ samplers
+def fit_extending_draws(
+    responses: Responses,
+    model: str,
+    config: dict[str, Any] | None = None,
+    *,
+    draws: int = 1000,
+    budget: int = DRAWS_BUDGET,
+    **fit_kwargs: Any,
+) -> IRTModel:
+    """NUTS; where the fit misses only R-hat or ESS, refit with more draws, up to ``budget``.
+
+    Parameters
+    ----------
+    responses, model, config
+        As for :class:`IRTModel`.
+    draws
+        Draws per chain of the first fit.
+    budget
+        The most draws per chain (:data:`~bayes_microbench.irt.diagnostics.DRAWS_BUDGET`).
+    **fit_kwargs
+        Passed to :meth:`IRTModel.fit` (``chains``, ``tune``, ``random_seed`` ...).
+
+    Returns
+    -------
+    IRTModel
+        The last fit; ``fit_info["draws_tried"]`` lists the draws per chain of
+        each attempt, ``fit_info["attempts"]`` their diagnostics and
+        ``fit_info["wall_seconds_all"]`` their total wall time.
+        Its :class:`ConvergenceWarning`, if it did not converge, is raised once.
+
+    Why: whether 1000 draws suffice depends on the data (see
+    :func:`~bayes_microbench.irt.diagnostics.more_draws`); a default fit should
+    find out, within a stated budget, instead of failing on a near miss.
+    """
+    tried: list[int] = []
+    attempts: list[dict[str, Any]] = []
+    wall = 0.0
+    while True:
+        fit = IRTModel(responses, model, config=config)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            fit.fit("nuts", draws=draws, **fit_kwargs)
+        tried.append(draws)
+        wall += float(fit.wall_seconds or 0.0)
+        if fit.diagnostics is not None:
+            d = fit.diagnostics
+            attempts.append(
+                {
+                    "draws": draws,
+                    "wall_seconds": round(float(fit.wall_seconds or 0.0), 3),
+                    "max_rhat": d.max_rhat,
+                    "min_ess_bulk": d.min_ess_bulk,
+                    "min_ess_tail": d.min_ess_tail,
+                    "divergences": d.divergences,
+                    "problems": list(d.problems),
+                }
+            )
+        nxt = None if fit.diagnostics is None else more_draws(fit.diagnostics, draws, budget)
+        if nxt is None:
+            break
+        assert fit.diagnostics is not None
+        logger.info(
+            "the fit of %d draws per chain missed %s; refitting with %d (budget %d)",
+            draws,
+            fit.diagnostics.reason(),
+            nxt,
+            budget,
+        )
+        draws = nxt
+    fit.fit_info["draws_tried"] = tried
+    fit.fit_info["attempts"] = attempts
+    fit.fit_info["wall_seconds_all"] = round(wall, 3)
+    for w in caught:  # the last attempt's warnings, said once
+        warnings.warn(w.message, w.category, stacklevel=2)
+    return fit
+
+
 def _prepare_jax_devices(chains: int) -> None:
     """Let JAX run NUTS chains in parallel on CPU (only possible before JAX starts)."""
     if "jax" in sys.modules:
