@@ -87,7 +87,7 @@ def report(runs: list[dict]) -> None:
         "selectors choose once per split from the training posterior. Targets: coverage "
         "85-95%; realized MDAD inside the 90% band in >= 85% of rows, point error <= 1.",
         "",
-        "| benchmark | seed | fits converged | design | n | coverage | width (pts) | "
+        "| benchmark | seed, commit | fits converged | design | n | coverage | width (pts) | "
         "abs error (pts) | interval | MDAD predicted [90% band] | realized | realized "
         "(isotonic) | inside |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -96,7 +96,8 @@ def report(runs: list[dict]) -> None:
         conv = ", ".join(str(f["converged"]) for f in run["fits"])
         for s, m in zip(run["scores"], run["mdad"], strict=True):
             lines.append(
-                f"| {run['benchmark']} | {run['seed']} | {conv} | {s['design']} | {s['n']} | "
+                f"| {run['benchmark']} | {run['seed']}, {run['commit']} | {conv} | {s['design']} "
+                f"| {s['n']} | "
                 f"{s['coverage']:.2f} | {s['width'] * 100:.1f} | {s['abs_error'] * 100:.1f} | "
                 f"{s['interval']} | {_fmt(m['predicted'])} [{_fmt(m['lower'])}, "
                 f"{_fmt(m['upper'])}] | {_fmt(m['realized'])} | "
