@@ -47,6 +47,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "mdad",
     "plan",
     "validate",
+    "adapt",
 )
 
 

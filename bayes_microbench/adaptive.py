@@ -1,0 +1,512 @@
+"""Adaptive micro-benchmarking: choose each next item from the posterior, stop when the goal is met.
+
+:class:`AdaptiveState` holds one llm's answers so far against a saved item
+posterior. ``next_items(k)`` picks the ``k`` unasked items that most reduce
+the quantity the goal is about, ``record`` adds answers, ``state()``
+summarizes the ability, the full-benchmark accuracy with its interval (the
+posterior's saved calibration applied as :func:`~bayes_microbench.scoring.score`
+applies it) and whether to stop; ``to_json`` / ``from_json`` save and resume
+a run, refusing a state written against another posterior.
+
+Goals: ``accuracy`` stops when the interval of the full-benchmark accuracy at
+probability ``prob`` is at most ``width`` wide; ``rank`` stops when
+P(accuracy > the reference's) is above ``prob`` or below ``1 - prob``. Both
+stop at ``budget`` items and never before ``minimum`` (raised, with a
+calibration, to the smallest number of observed items the calibration was
+estimated at: below it the calibrated interval is an extrapolation).
+
+Rules (``rule``): ``goal`` (default) is the expected reduction, over the two
+answers of an item, of the posterior variance of the full-benchmark number
+correct (``accuracy``) or of the probability of a wrong rank decision
+(``rank``), computed on the joint posterior draws of item parameters and
+ability by reweighting them with each answer's likelihood; ``fisher`` is the
+classical rule (Fisher information at the posterior-mean ability and the
+posterior-mean items: Fluid Benchmarking's); ``random`` a seeded random order.
+Selection uses the IRT model itself; the calibration only widens the
+interval at which the stop is decided. Only 1-D models (1PL/2PL/3PL): a
+``2pl-md`` posterior is refused, because Fisher information and the rank
+rule's one-number ability need a 1-D ability.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .exceptions import UserInputError
+from .scoring import (
+    DEFAULT_CI_PROB,
+    ItemDraws,
+    Misfit,
+    _unobserved_hits,
+    ability_grid,
+    ability_posterior_samples,
+    item_draws,
+)
+
+Goal = Literal["accuracy", "rank"]
+Rule = Literal["goal", "fisher", "random"]
+GOALS: tuple[str, ...] = ("accuracy", "rank")
+RULES: tuple[str, ...] = ("goal", "fisher", "random")
+#: posterior draws the state works with (the interval needs at least 100)
+DEFAULT_DRAWS = 400
+STATE_VERSION = 1
+
+
+class StateMismatchError(UserInputError):
+    """A saved adaptive state that does not belong to the posterior it is used with."""
+
+
+def posterior_fingerprint(draws: ItemDraws) -> str:
+    """A short hash of the item ids and the posterior-mean item parameters.
+
+    Why: a saved state is resumed only against the posterior it was written with.
+    """
+    h = hashlib.sha256()
+    h.update("\x1f".join(str(i) for i in draws.items).encode())
+    for arr in (draws.difficulty, draws.discrimination, draws.guessing):
+        h.update(np.round(arr.mean(axis=0), 8).tobytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class Settings:
+    """The goal and stopping rules of one adaptive run."""
+
+    goal: str = "accuracy"
+    width: float = 0.02
+    prob: float = DEFAULT_CI_PROB
+    budget: int = 200
+    minimum: int = 5
+    rule: str = "goal"
+    seed: int = 0
+
+    def check(self) -> Settings:
+        """Validate every field; one :class:`UserInputError` naming the bad one."""
+        if self.goal not in GOALS:
+            raise UserInputError(f"goal: expected one of {', '.join(GOALS)}, got {self.goal!r}")
+        if self.rule not in RULES:
+            raise UserInputError(f"rule: expected one of {', '.join(RULES)}, got {self.rule!r}")
+        if not (np.isfinite(self.width) and 0 < self.width <= 1):
+            raise UserInputError(
+                f"width: {self.width!r} is out of range; give the interval width as a share in "
+                "(0, 1] (the CLI's --width takes points in (0, 100])"
+            )
+        low = 0.5 if self.goal == "rank" else 0.0
+        if not (np.isfinite(self.prob) and low < self.prob < 1):
+            raise UserInputError(
+                f"prob: {self.prob!r} is out of range; give a probability in ({low:g}, 1)"
+            )
+        if int(self.budget) < 1 or int(self.minimum) < 0 or int(self.minimum) > int(self.budget):
+            raise UserInputError(
+                f"budget {self.budget} / minimum {self.minimum}: need budget >= 1 and "
+                "0 <= minimum <= budget"
+            )
+        return self
+
+
+@dataclass
+class Reference:
+    """The reference llm of a ``rank`` goal: its name and its answers."""
+
+    name: str
+    answers: dict[str, int]
+
+
+@dataclass
+class AdaptiveState:
+    """One llm's adaptive run against an item posterior.
+
+    Parameters
+    ----------
+    posterior
+        An item posterior that :func:`~bayes_microbench.scoring.item_draws` accepts
+        (1-D models only).
+    settings
+        The goal and stopping rules (:class:`Settings`).
+    misfit
+        The calibration applied to the interval (``read_posterior_file``'s
+        second value); ``None`` gives the raw model's interval (``interval_kind``
+        in :meth:`state` says which).
+    reference
+        The reference llm for the ``rank`` goal.
+    available
+        Items that may be asked (default: all of the posterior's); a replay
+        passes the items the llm has answers for.
+    max_draws
+        Posterior draws used (evenly thinned).
+    """
+
+    posterior: Any
+    settings: Settings = field(default_factory=Settings)
+    misfit: Misfit | None = None
+    reference: Reference | None = None
+    available: Sequence[str] | None = None
+    max_draws: int = DEFAULT_DRAWS
+    llm: str = "llm"
+
+    def __post_init__(self) -> None:
+        self.settings.check()
+        if isinstance(self.posterior, ItemDraws):
+            self.draws = self.posterior
+        else:
+            ds = self.posterior
+            if "discrimination" in ds and "dim" in ds["discrimination"].dims:
+                raise UserInputError(
+                    "posterior: a '2pl-md' posterior; adaptive selection needs a 1-D ability "
+                    "(Fisher information and the rank rule): use a 1PL/2PL/3PL posterior "
+                    "such as models/gpqa-2pl.nc"
+                )
+            self.draws = item_draws(ds, max_draws=self.max_draws)
+        self.draws.check_interval_draws()
+        self.fingerprint = posterior_fingerprint(self.draws)
+        self._index = {str(item): k for k, item in enumerate(self.draws.items)}
+        self.answers: dict[str, int] = {}
+        pool = np.ones(self.draws.n_items, dtype=bool)
+        if self.available is not None:
+            pool[:] = False
+            pool[self._positions(list(self.available), "available items")] = True
+        self._pool = pool
+        self._mean = self.draws.mean()
+        self._ref_draws: np.ndarray | None = None
+        if self.settings.goal == "rank":
+            if self.reference is None:
+                raise UserInputError("the rank goal needs a reference llm (--reference)")
+            self._ref_draws = self._accuracy_draws(self.reference.answers, seed_offset=7)[0]
+        self._cache: tuple[int, dict[str, Any]] | None = None
+        #: the stop waits for the smallest size the calibration was estimated at: below it
+        #: the calibrated interval is an extrapolation (too narrow on GPQA)
+        floor = 0 if self.misfit is None else int(np.min(self.misfit.n_observed))
+        self.minimum = min(max(int(self.settings.minimum), floor), int(self.settings.budget))
+
+    # ------------------------------------------------------------------ answers
+    def _positions(self, items: Sequence[str], where: str) -> np.ndarray:
+        pos = np.array([self._index.get(str(i), -1) for i in items], dtype=np.int64)
+        if (pos < 0).any():
+            unknown = [str(items[int(k)]) for k in np.nonzero(pos < 0)[0]]
+            raise UserInputError(
+                f"{where}: {len(unknown)} item id(s) not in the posterior, e.g. {unknown[0]!r}; "
+                "use only items the posterior was fitted on"
+            )
+        return pos
+
+    def record(self, item: str | Mapping[str, Any], correct: Any = None) -> None:
+        """Add answers: ``record(item, correct)`` or ``record({item: correct, ...})``.
+
+        ``correct`` is 1 / 0 (or True / False). An item answered again with the
+        same answer is ignored; with a different answer it is refused (one line).
+        """
+        pairs = item.items() if isinstance(item, Mapping) else [(item, correct)]
+        new: dict[str, int] = {}
+        for it, value in pairs:
+            key = str(it)
+            try:
+                v = float(value)
+            except (TypeError, ValueError):
+                v = np.nan
+            if v not in (0.0, 1.0):
+                raise UserInputError(f"item {key!r}: answer {value!r} is not 1/0 (correct/wrong)")
+            self._positions([key], "record")
+            old = self.answers.get(key, new.get(key))
+            if old is not None and old != int(v):
+                raise UserInputError(
+                    f"item {key!r}: asked twice with different answers ({old} then {int(v)}); "
+                    "keep one answer per item"
+                )
+            new[key] = int(v)
+        self.answers.update(new)
+        self._cache = None
+
+    @property
+    def n_used(self) -> int:
+        """Items answered so far."""
+        return len(self.answers)
+
+    # ------------------------------------------------------------------ posterior
+    def _accuracy_draws(
+        self, answers: Mapping[str, int], seed_offset: int = 0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Full-benchmark accuracy draws (calibrated when a misfit is set), ability draws,
+        and the observed mask, as ``score`` computes them."""
+        d = self.draws
+        rng = np.random.default_rng([self.settings.seed, len(answers), seed_offset])
+        y = np.full((1, d.n_items), np.nan)
+        if answers:
+            y[0, self._positions(list(answers), "answers")] = list(answers.values())
+        observed = ~np.isnan(y)
+        used = np.nonzero(observed[0])[0]
+        if len(used):
+            ability, _ = ability_posterior_samples(
+                d.subset(used), y[:, used], grid=ability_grid(), random_seed=rng
+            )
+        else:  # no answers yet: the population prior, normal(0, 1)
+            ability = rng.standard_normal((d.n_draws, 1))
+        hits, expected = _unobserved_hits(d, ability, observed, rng)
+        n_obs = observed.sum(axis=1)
+        n_unobs = d.n_items - n_obs
+        if self.misfit is not None:
+            hits = self.misfit.apply(hits, expected, n_obs, n_unobs, rng)
+        acc = (hits[:, 0] + np.nansum(y)) / d.n_items
+        return acc, ability[:, 0], observed[0]
+
+    def state(self) -> dict[str, Any]:
+        """The summary: ability, full-benchmark accuracy and interval, items used, the stop.
+
+        Returns a dict with ``ability_mean``, ``ability_sd``, ``accuracy_mean``,
+        ``accuracy_lower`` / ``accuracy_upper`` (equal-tailed at ``prob``),
+        ``interval_kind`` (``calibrated`` or ``raw``), ``items_used``, ``goal_met``,
+        ``stopped`` (``goal``, ``budget`` or ``None``) and, for ``rank``,
+        ``p_above`` and ``decision`` (``above`` / ``below`` / ``undecided``).
+        """
+        if self._cache is not None and self._cache[0] == self.n_used:
+            return dict(self._cache[1])
+        s = self.settings
+        acc, ability, observed = self._accuracy_draws(self.answers)
+        alpha = (1 - s.prob) / 2
+        lo, hi = np.quantile(acc, [alpha, 1 - alpha])
+        out: dict[str, Any] = {
+            "llm": self.llm,
+            "goal": s.goal,
+            "items_used": self.n_used,
+            "minimum": self.minimum,
+            "ability_mean": float(ability.mean()),
+            "ability_sd": float(ability.std()),
+            "accuracy_mean": float(acc.mean()),
+            "accuracy_lower": float(lo),
+            "accuracy_upper": float(hi),
+            "ci_prob": s.prob,
+            "interval_kind": "calibrated" if self.misfit is not None else "raw",
+        }
+        if s.goal == "accuracy":
+            met = bool(hi - lo <= s.width + 1e-12)
+        else:
+            assert self._ref_draws is not None
+            ref = np.random.default_rng(s.seed).permutation(self._ref_draws)
+            p = float(np.mean(acc > ref) + 0.5 * np.mean(acc == ref))
+            out["p_above"] = p
+            decided = p >= s.prob or p <= 1 - s.prob
+            out["decision"] = ("above" if p >= 0.5 else "below") if decided else "undecided"
+            met = bool(decided)
+        left = int((self._pool & ~observed).sum())
+        budget = self.n_used >= s.budget or left == 0
+        enough = self.n_used >= self.minimum
+        out["goal_met"] = met
+        out["stopped"] = "goal" if (met and enough) else ("budget" if budget else None)
+        self._cache = (self.n_used, out)
+        self._acc, self._ability = acc, ability
+        return dict(out)
+
+    # ------------------------------------------------------------------ selection
+    def next_items(self, k: int = 1) -> list[str]:
+        """The ``k`` unasked items the rule ranks first (fewer when fewer are left or the
+        budget allows fewer); ``[]`` once the run has stopped."""
+        if int(k) < 1:
+            raise UserInputError(f"batch: {k!r} must be a whole number of at least 1")
+        st = self.state()
+        if st["stopped"] is not None:
+            return []
+        k = min(int(k), self.settings.budget - self.n_used)
+        asked = self._positions(list(self.answers), "answers")
+        free = self._pool.copy()
+        free[asked] = False
+        cand = np.nonzero(free)[0]
+        if len(cand) == 0 or k <= 0:
+            return []
+        scores = self.scores(cand)
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [str(self.draws.items[cand[j]]) for j in order]
+
+    def scores(self, cand: np.ndarray) -> np.ndarray:
+        """The rule's score of each candidate item (higher is asked first)."""
+        rule = self.settings.rule
+        if rule == "random":
+            rng = np.random.default_rng([self.settings.seed, self.n_used, 11])
+            return rng.random(len(cand))
+        if rule == "fisher":
+            return self._fisher(cand)
+        if self.settings.goal == "accuracy":
+            return -self._expected_variance(cand)
+        return -self._expected_wrong(cand)
+
+    def _fisher(self, cand: np.ndarray) -> np.ndarray:
+        theta = np.array([[float(self._ability.mean())]])
+        m = self._mean.subset(cand)
+        p = m.prob(theta)[0, 0]
+        c = m.guessing[0]
+        a = m.discrimination[0]
+        q = np.clip((p - c) / np.maximum(1 - c, 1e-12), 1e-12, 1)
+        return np.asarray(a**2 * (1 - p) / np.maximum(p, 1e-12) * q**2)
+
+    def _particles(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """P(correct) of every unobserved item under each joint draw ``(S, I)`` and its sums."""
+        d = self.draws
+        observed = np.zeros(d.n_items, dtype=bool)
+        if self.answers:
+            observed[self._positions(list(self.answers), "answers")] = True
+        p = d.prob(self._ability[:, None], dtype=np.float32)[:, 0, :]
+        p[:, observed] = 0.0
+        m = p.sum(axis=1, dtype=np.float64)
+        v = (p * (1 - p)).sum(axis=1, dtype=np.float64)
+        return p, m, v
+
+    def _expected_variance(self, cand: np.ndarray) -> np.ndarray:
+        """E over the answer of item i of the posterior variance of the remaining number
+        correct, for each candidate (the current variance minus the expected reduction)."""
+        p_all, m, v = self._particles()
+        p = p_all[:, cand].astype(np.float64)  # (S, C)
+        n = p.shape[0]
+        w = np.full(n, 1.0 / n)
+        p1 = w @ p  # P(correct)
+        rest = m[:, None] - p  # mean of the rest given each draw
+        e_rest = w @ rest
+        var_rest = w @ (v[:, None] - p * (1 - p) + rest**2) - e_rest**2
+        e1 = (w @ (p * rest)) / np.maximum(p1, 1e-12)
+        e0 = (w @ ((1 - p) * rest)) / np.maximum(1 - p1, 1e-12)
+        between = p1 * (e1 - e_rest) ** 2 + (1 - p1) * (e0 - e_rest) ** 2
+        return np.asarray(var_rest - between)
+
+    def _expected_wrong(self, cand: np.ndarray) -> np.ndarray:
+        """E over the answer of item i of min(P(above), P(below)) after the answer."""
+        from scipy.special import ndtr
+
+        assert self._ref_draws is not None
+        p_all, m, v = self._particles()
+        p = p_all[:, cand].astype(np.float64)
+        n_items = self.draws.n_items
+        known = float(sum(self.answers.values()))
+        ref_mean = float(self._ref_draws.mean()) * n_items
+        ref_var = float(self._ref_draws.var()) * n_items**2
+        w = np.full(p.shape[0], 1.0 / p.shape[0])
+        rest_m = m[:, None] - p
+        sd = np.sqrt(np.maximum(v[:, None] - p * (1 - p) + ref_var, 1e-9))
+        total = 0.0
+        for y, lik in ((1.0, p), (0.0, 1 - p)):
+            q = ndtr((known + y + rest_m - ref_mean) / sd)  # P(above | draw, answer)
+            above = w @ (lik * q)
+            below = w @ (lik * (1 - q))
+            total = total + np.minimum(above, below)
+        return np.asarray(total)
+
+    # ------------------------------------------------------------------ save / load
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready state: settings, answers in order, reference, fingerprint."""
+        s = self.settings
+        return {
+            "version": STATE_VERSION,
+            "posterior_fingerprint": self.fingerprint,
+            "llm": self.llm,
+            "settings": {
+                "goal": s.goal,
+                "width": s.width,
+                "prob": s.prob,
+                "budget": s.budget,
+                "minimum": s.minimum,
+                "rule": s.rule,
+                "seed": s.seed,
+            },
+            "max_draws": self.max_draws,
+            "available": None if self.available is None else [str(i) for i in self.available],
+            "answers": dict(self.answers),
+            "reference": None
+            if self.reference is None
+            else {"name": self.reference.name, "answers": dict(self.reference.answers)},
+            "summary": self.state(),
+        }
+
+    def to_json(self, path: str) -> None:
+        """Write the state as JSON (atomically)."""
+        from .io import write_atomic
+
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        write_atomic(path, lambda tmp: tmp.write_text(text))
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], posterior: Any, misfit: Misfit | None, where: str = "state"
+    ) -> AdaptiveState:
+        """Rebuild a state against ``posterior``; refused when its fingerprint differs."""
+        try:
+            settings = Settings(**data["settings"])
+            ref = data.get("reference")
+            st = cls(
+                posterior,
+                settings=settings,
+                misfit=misfit,
+                reference=None if ref is None else Reference(ref["name"], dict(ref["answers"])),
+                available=data.get("available"),
+                max_draws=int(data.get("max_draws", DEFAULT_DRAWS)),
+                llm=str(data.get("llm", "llm")),
+            )
+            answers = dict(data["answers"])
+            fingerprint = data["posterior_fingerprint"]
+        except (KeyError, TypeError, ValueError) as err:
+            raise UserInputError(
+                f"{where}: not an adaptive state written by this tool ({type(err).__name__}: "
+                f"{err}); write one with 'bayes-microbench adapt --state-output'"
+            ) from None
+        if fingerprint != st.fingerprint:
+            raise StateMismatchError(
+                f"{where}: written against another posterior (fingerprint {fingerprint}, this "
+                f"posterior's is {st.fingerprint}); resume it with the posterior it was started with"
+            )
+        st.record(answers)
+        return st
+
+    @classmethod
+    def from_json(cls, path: str, posterior: Any, misfit: Misfit | None = None) -> AdaptiveState:
+        """Read a state saved by :meth:`to_json` (see :meth:`from_dict`)."""
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError) as err:
+            raise UserInputError(
+                f"{path}: cannot be read as an adaptive state ({type(err).__name__}); give the "
+                "JSON file 'adapt' wrote"
+            ) from None
+        if not isinstance(data, dict):
+            raise UserInputError(f"{path}: not an adaptive state (expected a JSON object)")
+        return cls.from_dict(data, posterior, misfit, where=path)
+
+
+def run_replay(
+    make_state: Any, answers: Mapping[str, int], batch: int = 1
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Simulate the loop for one llm, answering from ``answers``.
+
+    ``make_state(available)`` builds a fresh :class:`AdaptiveState` limited to
+    ``available`` items. Returns the final summary and the trajectory (one
+    summary per step, with the items asked at that step).
+    """
+    st: AdaptiveState = make_state(list(answers))
+    trajectory: list[dict[str, Any]] = []
+    while True:
+        summary = st.state()
+        nxt = st.next_items(batch)
+        trajectory.append({**summary, "asked": nxt})
+        if not nxt:
+            return summary, trajectory
+        st.record({i: answers[i] for i in nxt})
+
+
+def summaries(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``--json`` rows of a replay (rounded)."""
+    out = []
+    for r in rows:
+        row = {
+            "llm": r["llm"],
+            "items_used": int(r["items_used"]),
+            "accuracy_mean": round(float(r["accuracy_mean"]), 6),
+            "accuracy_lower": round(float(r["accuracy_lower"]), 6),
+            "accuracy_upper": round(float(r["accuracy_upper"]), 6),
+            "stopped": r["stopped"],
+        }
+        if r.get("goal") == "rank":
+            row["decision"] = r["decision"]
+            row["p_above"] = round(float(r["p_above"]), 6)
+        out.append(row)
+    return out
