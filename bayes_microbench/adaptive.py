@@ -43,7 +43,6 @@ from .scoring import (
     DEFAULT_CI_PROB,
     ItemDraws,
     Misfit,
-    _unobserved_hits,
     ability_grid,
     ability_posterior_samples,
     item_draws,
@@ -229,7 +228,7 @@ class AdaptiveState:
 
     # ------------------------------------------------------------------ posterior
     def _accuracy_draws(
-        self, answers: Mapping[str, int], seed_offset: int = 0
+        self, answers: Mapping[str, int], seed_offset: int = 0, keep: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Full-benchmark accuracy draws (calibrated when a misfit is set), ability draws,
         and the observed mask, as ``score`` computes them."""
@@ -246,7 +245,14 @@ class AdaptiveState:
             )
         else:  # no answers yet: the population prior, normal(0, 1)
             ability = rng.standard_normal((d.n_draws, 1))
-        hits, expected = _unobserved_hits(d, ability, observed, rng)
+        # as scoring._unobserved_hits, keeping P(correct) for the selection rules
+        prob = d.prob(ability, dtype=np.float32)[:, 0, :]
+        unobs = ~observed[0]
+        expected = (prob @ unobs.astype(np.float32)).astype(np.float64)[:, None]
+        hits = ((rng.random(prob.shape, dtype=np.float32) < prob) & unobs).sum(axis=1)
+        hits = hits.astype(np.float64)[:, None]
+        if keep:
+            self._last_prob = prob
         n_obs = observed.sum(axis=1)
         n_unobs = d.n_items - n_obs
         if self.misfit is not None:
@@ -266,7 +272,7 @@ class AdaptiveState:
         if self._cache is not None and self._cache[0] == self.n_used:
             return dict(self._cache[1])
         s = self.settings
-        acc, ability, observed = self._accuracy_draws(self.answers)
+        acc, ability, observed = self._accuracy_draws(self.answers, keep=True)
         alpha = (1 - s.prob) / 2
         lo, hi = np.quantile(acc, [alpha, 1 - alpha])
         out: dict[str, Any] = {
@@ -348,7 +354,7 @@ class AdaptiveState:
         observed = np.zeros(d.n_items, dtype=bool)
         if self.answers:
             observed[self._positions(list(self.answers), "answers")] = True
-        p = d.prob(self._ability[:, None], dtype=np.float32)[:, 0, :]
+        p = self._last_prob  # P(correct) under each joint draw, from the last state()
         p[:, observed] = 0.0
         m = p.sum(axis=1, dtype=np.float64)
         v = (p * (1 - p)).sum(axis=1, dtype=np.float64)
@@ -358,16 +364,20 @@ class AdaptiveState:
         """E over the answer of item i of the posterior variance of the remaining number
         correct, for each candidate (the current variance minus the expected reduction)."""
         p_all, m, v = self._particles()
-        p = p_all[:, cand].astype(np.float64)  # (S, C)
+        p = np.ascontiguousarray(p_all[:, cand])  # (S, C) float32
         n = p.shape[0]
-        w = np.full(n, 1.0 / n)
-        p1 = w @ p  # P(correct)
-        rest = m[:, None] - p  # mean of the rest given each draw
-        e_rest = w @ rest
-        var_rest = w @ (v[:, None] - p * (1 - p) + rest**2) - e_rest**2
-        e1 = (w @ (p * rest)) / np.maximum(p1, 1e-12)
-        e0 = (w @ ((1 - p) * rest)) / np.maximum(1 - p1, 1e-12)
-        between = p1 * (e1 - e_rest) ** 2 + (1 - p1) * (e0 - e_rest) ** 2
+        w = np.full(n, 1.0 / n, dtype=np.float32)
+        # every term is a weighted sum over the draws of p, p**2 or m * p: three products
+        sp = (w @ p).astype(np.float64)  # P(correct)
+        spp = (w @ (p * p)).astype(np.float64)
+        smp = ((w * m.astype(np.float32)) @ p).astype(np.float64)
+        m_bar, v_bar, mm_bar = float(m.mean()), float(v.mean()), float((m * m).mean())
+        e_rest = m_bar - sp  # mean of the rest of the benchmark
+        second = v_bar - sp + spp + mm_bar - 2 * smp + spp  # E[var + mean**2] of the rest
+        var_rest = second - e_rest**2
+        e1 = (smp - spp) / np.maximum(sp, 1e-12)  # its mean after a correct answer
+        e0 = (e_rest - (smp - spp)) / np.maximum(1 - sp, 1e-12)  # after a wrong one
+        between = sp * (e1 - e_rest) ** 2 + (1 - sp) * (e0 - e_rest) ** 2
         return np.asarray(var_rest - between)
 
     def _expected_wrong(self, cand: np.ndarray) -> np.ndarray:
