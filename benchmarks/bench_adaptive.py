@@ -1,0 +1,291 @@
+"""Adaptive micro-benchmarking on held-out llms: items used, coverage at the stop, rank decisions.
+
+For each split, ``--held-out`` llms of the benchmark are set aside and a posterior
+is fitted on the rest with ``validate.default_fit("2pl")`` (NUTS plus the saved
+calibration, as ``fit`` does by default). Each held-out llm is then replayed:
+
+* ``accuracy`` goal at the width a 100-item random subset gives (the median
+  calibrated 90% width of ``score`` on one random 100-item subset per llm),
+  with the variance-reduction rule, Fisher information (Fluid's rule) and
+  random order under the same stopping rule; items used and coverage of the
+  true full-benchmark accuracy by the interval at the stop;
+* ``rank`` goal at p = 0.95 against a held-out reference llm 1-5 points apart
+  (its full row as the reference): share of correct decisions among the
+  stopped runs, items used;
+* the cost of one choice among 12000 items (a simulated posterior).
+
+Per-run figures go to ``benchmarks/results/adaptive.json``; the section of
+``benchmarks/README.md`` is rewritten from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _report import commit, machine, write_section
+
+RESULTS = Path(__file__).parent / "results" / "adaptive.json"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+RULES = ("goal", "fisher", "random")
+
+
+def _answers(resp: Any, k: int) -> dict[str, int]:
+    row = resp.values[k]
+    return {str(i): int(v) for i, v in zip(resp.items, row, strict=True) if not np.isnan(v)}
+
+
+def subset_width(posterior: Any, misfit: Any, held: Any, n: int, seed: int) -> float:
+    """Median calibrated 90% width of ``score`` on a random ``n``-item subset per llm."""
+    from bayes_microbench.scoring import score
+
+    rng = np.random.default_rng(seed)
+    values = np.full(held.values.shape, np.nan)
+    for k in range(held.n_llms):
+        seen = np.nonzero(~np.isnan(held.values[k]))[0]
+        pick = rng.choice(seen, size=min(n, len(seen)), replace=False)
+        values[k, pick] = held.values[k, pick]
+    from bayes_microbench.responses import Responses
+
+    sub = Responses.from_arrays(values, held.llms, held.items, on_empty="subset")
+    res = score(posterior, sub, misfit=misfit, random_seed=seed)
+    iv = res["accuracy_interval"].to_numpy()
+    return float(np.median(iv[:, 1] - iv[:, 0]))
+
+
+def replay_split(
+    resp: Any,
+    split: int,
+    held_out: int,
+    budget: int,
+    batch: int,
+    replay_llms: int,
+    max_draws: int,
+) -> dict[str, Any]:
+    """Fit on the training llms of one split and replay every held-out llm."""
+    from bayes_microbench.adaptive import AdaptiveState, Reference, Settings, run_replay
+    from bayes_microbench.validate import default_fit
+
+    rng = np.random.default_rng(1000 + split)
+    order = rng.permutation(resp.n_llms)
+    held_idx, train_idx = np.sort(order[:held_out]), np.sort(order[held_out:])
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fitted = default_fit("2pl")(resp.isel(llm=train_idx), split)
+    fit_s = time.perf_counter() - t0
+    post, misfit = fitted.posterior, fitted.misfit
+    held = resp.isel(llm=held_idx)
+    width = subset_width(post, misfit, held, 100, split)
+    truth = np.nanmean(held.values, axis=1)
+    runs: list[dict[str, Any]] = []
+    print(f"split {split}: fit {fit_s:.0f} s, target width {width * 100:.1f} points", flush=True)
+    for rule in RULES:
+        t0 = time.perf_counter()
+        s = Settings(width=width, prob=0.9, budget=budget, minimum=5, rule=rule, seed=split)
+        for k in range(min(held.n_llms, replay_llms)):
+            ans = _answers(held, k)
+            final, _ = run_replay(
+                lambda av, s=s: AdaptiveState(
+                    post, settings=s, misfit=misfit, available=av, max_draws=max_draws
+                ),
+                ans,
+                batch,
+            )
+            covered = final["accuracy_lower"] <= truth[k] <= final["accuracy_upper"]
+            runs.append(
+                {
+                    "goal": "accuracy",
+                    "rule": rule,
+                    "llm": str(held.llms[k]),
+                    "items_used": final["items_used"],
+                    "stopped": final["stopped"],
+                    "covered": bool(covered),
+                    "width": final["accuracy_upper"] - final["accuracy_lower"],
+                    "truth": float(truth[k]),
+                }
+            )
+        print(f"  accuracy/{rule}: {time.perf_counter() - t0:.0f} s", flush=True)
+    # rank: each held-out llm against another held-out llm 1-5 points apart
+    for rule in ("goal", "random"):
+        t0 = time.perf_counter()
+        s = Settings(goal="rank", prob=0.95, budget=budget, minimum=5, rule=rule, seed=split)
+        for k in range(min(held.n_llms, replay_llms)):
+            gaps = np.abs(truth - truth[k])
+            ok = np.nonzero((gaps >= 0.01) & (gaps <= 0.05))[0]
+            if len(ok) == 0:
+                continue
+            r = int(np.random.default_rng([split, k]).choice(ok))
+            ref = Reference(str(held.llms[r]), _answers(held, r))
+            final, _ = run_replay(
+                lambda av, s=s, ref=ref: AdaptiveState(
+                    post,
+                    settings=s,
+                    misfit=misfit,
+                    reference=ref,
+                    available=av,
+                    max_draws=max_draws,
+                ),
+                _answers(held, k),
+                batch,
+            )
+            want = "above" if truth[k] > truth[r] else "below"
+            runs.append(
+                {
+                    "goal": "rank",
+                    "rule": rule,
+                    "llm": str(held.llms[k]),
+                    "reference": ref.name,
+                    "gap": float(truth[k] - truth[r]),
+                    "items_used": final["items_used"],
+                    "stopped": final["stopped"],
+                    "decision": final["decision"],
+                    "correct": final["decision"] == want,
+                }
+            )
+        print(f"  rank/{rule}: {time.perf_counter() - t0:.0f} s", flush=True)
+    return {
+        "split": split,
+        "n_train": len(train_idx),
+        "held_out": len(held_idx),
+        "fit_seconds": round(fit_s, 1),
+        "converged": fitted.converged,
+        "target_width": width,
+        "runs": runs,
+    }
+
+
+def choice_cost(n_items: int = 12000, repeats: int = 5) -> dict[str, Any]:
+    """Seconds for one ``next_items(1)`` among ``n_items`` (simulated posterior, 20 answers)."""
+    from bayes_microbench import simulate_responses
+    from bayes_microbench.adaptive import AdaptiveState, Reference, Settings
+    from bayes_microbench.scoring import posterior_from_truth
+
+    resp, truth = simulate_responses(
+        "mmlu-pro", n_llms=3, n_items=n_items, random_seed=0, return_truth=True
+    )
+    post = posterior_from_truth(truth, n_draws=200, noise=0.05, random_seed=0)
+    out: dict[str, Any] = {"n_items": n_items}
+    ref = Reference("ref", dict(list(_answers(resp, 1).items())[:50]))
+    for goal in ("accuracy", "rank"):
+        for rule in RULES:
+            st = AdaptiveState(
+                post,
+                settings=Settings(goal=goal, width=0.001, prob=0.95, budget=1000, rule=rule),
+                reference=ref if goal == "rank" else None,
+            )
+            st.record(dict(list(_answers(resp, 0).items())[:20]))
+            times = []
+            for _ in range(repeats):
+                st._cache = None  # time the posterior summary with the choice
+                t = time.perf_counter()
+                st.next_items(1)
+                times.append(time.perf_counter() - t)
+            out[f"{goal}/{rule}"] = float(np.median(times))
+    return out
+
+
+def body(saved: dict[str, Any]) -> str:
+    lines = [
+        "Replay on held-out llms of "
+        f"{saved['benchmark']} ({saved['n_llms']} llms x {saved['n_items']} items): per split "
+        f"{saved['held_out']} llms held out (the first {saved['replay_llms']} replayed, "
+        f"{saved['max_draws']} posterior draws), a 2PL fitted on the rest by "
+        "`validate.default_fit('2pl')` (NUTS + saved calibration). Accuracy goal: the "
+        "calibrated 90% interval at most as wide as the median one of a 100-item random "
+        "subset; rank goal: p = 0.95 against a held-out llm 1-5 points apart. Stop not before "
+        "the calibration's smallest size (25 items) and at most "
+        f"{saved['budget']} items; batch {saved['batch']}.",
+        "",
+        "| goal | rule | runs | mean items used | median | stopped by goal | coverage (90%) "
+        "| correct decisions (stopped) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    runs = [r for sp in saved["splits"] for r in sp["runs"]]
+    for goal in ("accuracy", "rank"):
+        for rule in RULES:
+            rs = [r for r in runs if r["goal"] == goal and r["rule"] == rule]
+            if not rs:
+                continue
+            used = np.array([r["items_used"] for r in rs])
+            stopped = [r for r in rs if r["stopped"] == "goal"]
+            cov = f"{np.mean([r['covered'] for r in rs]):.3f}" if goal == "accuracy" else ""
+            dec = (
+                f"{np.mean([r['correct'] for r in stopped]):.3f} ({len(stopped)})"
+                if goal == "rank" and stopped
+                else ""
+            )
+            lines.append(
+                f"| {goal} | {rule} | {len(rs)} | {used.mean():.1f} | {np.median(used):.0f} | "
+                f"{len(stopped) / len(rs):.2f} | {cov} | {dec} |"
+            )
+    widths = ", ".join(f"{sp['target_width'] * 100:.1f}" for sp in saved["splits"])
+    lines += ["", f"Target widths per split (points): {widths}."]
+    cost = saved.get("cost")
+    if cost:
+        lines += [
+            "",
+            f"Cost of one choice among {cost['n_items']} items (simulated 2PL-like posterior, "
+            "200 draws, 20 answers; median of 5, including the posterior summary), seconds: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in cost.items() if k != "n_items")
+            + ".",
+        ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--benchmark", default="gpqa")
+    ap.add_argument("--splits", type=int, default=1)
+    ap.add_argument("--held-out", type=int, default=100)
+    ap.add_argument("--budget", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--replay-llms", type=int, default=100, help="held-out llms replayed")
+    ap.add_argument("--max-draws", type=int, default=400, help="posterior draws per state")
+    ap.add_argument("--cost-only", action="store_true")
+    args = ap.parse_args()
+    from bayes_microbench.io import load_responses
+
+    saved: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    if not args.cost_only:
+        path = DATA / "open-llm-leaderboard-v2" / f"{args.benchmark}.csv"
+        resp = load_responses(path)
+        splits = [
+            replay_split(
+                resp,
+                s,
+                args.held_out,
+                args.budget,
+                args.batch,
+                args.replay_llms,
+                args.max_draws,
+            )
+            for s in range(args.splits)
+        ]
+        saved.update(
+            benchmark=args.benchmark,
+            n_llms=resp.n_llms,
+            n_items=resp.n_items,
+            held_out=args.held_out,
+            replay_llms=args.replay_llms,
+            max_draws=args.max_draws,
+            budget=args.budget,
+            batch=args.batch,
+            splits=splits,
+        )
+    saved["cost"] = choice_cost()
+    saved.update(commit=commit(), machine=machine())
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(saved, indent=2) + "\n")
+    if "splits" in saved:
+        write_section("bench_adaptive", "Adaptive micro-benchmarking (issue 21)", body(saved))
+    print(body(saved))
+
+
+if __name__ == "__main__":
+    main()
