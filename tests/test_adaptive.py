@@ -342,3 +342,21 @@ def test_bad_inputs_one_line_exit_2_nothing_written(files, tmp_path, capsys):
         assert len(lines) == 1 and lines[0].startswith("bayes-microbench: error:"), err
         assert needle in lines[0], (needle, lines[0])
         assert not out.exists()
+
+
+def test_stop_waits_for_the_smallest_calibrated_size(sim):
+    """With a calibration the stop comes no sooner than the smallest size it was estimated
+    at (below it the calibrated interval is an extrapolation); without one, at the minimum."""
+    from bayes_microbench.scoring import estimate_misfit
+
+    resp, _, post = sim
+    misfit = estimate_misfit(post, resp, sizes=[10, 25], max_draws=40, random_seed=0)
+    s = Settings(width=1.0, minimum=0, budget=50)
+    ans = answers_of(resp, 0)
+    raw, _ = run_replay(lambda av: AdaptiveState(post, settings=s, available=av), ans)
+    cal, _ = run_replay(
+        lambda av: AdaptiveState(post, settings=s, misfit=misfit, available=av), ans
+    )
+    assert raw["items_used"] == 0 and raw["interval_kind"] == "raw"
+    assert cal["items_used"] == 10 and cal["interval_kind"] == "calibrated"
+    assert cal["stopped"] == "goal"
