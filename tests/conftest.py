@@ -21,6 +21,21 @@ def shared_path(relative: str) -> Path:
     return path
 
 
+def write_posterior(path: Path, post, **attrs) -> Path:
+    """Save a posterior Dataset as ``fit`` would (a 3PL, floors 1/4), with extra root ``attrs``."""
+    import xarray as xr
+
+    from bayes_microbench.irt.config import FORMAT_VERSION, IRTConfig
+
+    cfg = IRTConfig.from_dict({"model": "3pl", "n_options": 4})
+    tree = xr.DataTree.from_dict({"posterior": post})
+    tree.attrs.update(
+        config_json=cfg.to_json(), config_hash=cfg.hash(), format_version=FORMAT_VERSION, **attrs
+    )
+    tree.to_netcdf(path)
+    return path
+
+
 @pytest.fixture
 def gpqa_path() -> Path:
     return shared_path("open-llm-leaderboard-v2/gpqa.csv")

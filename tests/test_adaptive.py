@@ -20,6 +20,8 @@ from bayes_microbench.cli import main
 from bayes_microbench.exceptions import UserInputError
 from bayes_microbench.scoring import posterior_from_truth
 
+from .conftest import write_posterior
+
 
 @pytest.fixture(scope="module")
 def sim():
@@ -165,21 +167,12 @@ def test_multidimensional_posterior_is_refused(sim):
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """A small saved posterior (GPQA-style ids) and a complete responses file."""
-    import xarray as xr
-
     from bayes_microbench.io import save_responses
-    from bayes_microbench.irt.config import FORMAT_VERSION, IRTConfig
 
     d = tmp_path_factory.mktemp("adapt")
     resp, truth = simulate_responses("gpqa", n_llms=4, n_items=80, random_seed=5, return_truth=True)
     post = posterior_from_truth(truth, n_draws=60, noise=0.05, random_seed=0)
-    post_path = d / "post.nc"
-    cfg = IRTConfig.from_dict({"model": "3pl", "n_options": 4})
-    tree = xr.DataTree.from_dict({"posterior": post})
-    tree.attrs.update(
-        config_json=cfg.to_json(), config_hash=cfg.hash(), format_version=FORMAT_VERSION
-    )
-    tree.to_netcdf(post_path)
+    post_path = write_posterior(d / "post.nc", post)
     full = d / "full.csv"
     save_responses(resp, full)
     return post_path, full, resp

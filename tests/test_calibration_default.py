@@ -11,19 +11,7 @@ import pytest
 from bayes_microbench import UserInputError, save_responses, simulate_responses
 from bayes_microbench.scoring import estimate_misfit, posterior_from_truth, read_posterior_file
 
-
-def _write(path, post):
-    import xarray as xr
-
-    from bayes_microbench.irt.config import FORMAT_VERSION, IRTConfig
-
-    cfg = IRTConfig.from_dict({"model": "3pl", "n_options": 4})
-    tree = xr.DataTree.from_dict({"posterior": post})
-    tree.attrs.update(
-        config_json=cfg.to_json(), config_hash=cfg.hash(), format_version=FORMAT_VERSION
-    )
-    tree.to_netcdf(path)
-    return path
+from .conftest import write_posterior
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +26,8 @@ def world(tmp_path_factory):
         truth, n_chains=2, n_draws=60, noise=0.05, subtask=resp.item_subtask, random_seed=0
     )
     misfit = estimate_misfit(post, resp, sizes=[10, 25], max_draws=40, random_seed=0)
-    raw = _write(tmp / "raw.nc", post)
-    cal = _write(tmp / "cal.nc", post)
+    raw = write_posterior(tmp / "raw.nc", post)
+    cal = write_posterior(tmp / "cal.nc", post)
     add_calibration(cal, misfit)
     save_responses(resp.isel(llm=slice(0, 4), item=slice(0, 15)), tmp / "new.csv")
     save_responses(resp, tmp / "train.csv")

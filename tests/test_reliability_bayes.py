@@ -18,6 +18,8 @@ from bayes_microbench import design as D
 from bayes_microbench.exceptions import ConvergenceWarning
 from bayes_microbench.scoring import item_draws, posterior_from_truth
 
+from .conftest import write_posterior
+
 
 @pytest.fixture(scope="module")
 def small_world():
@@ -79,21 +81,12 @@ def _write(path, post, diagnostics=None, fit_info=None):
     """A saved posterior as the engine writes it (attrs, hash), optionally unconverged."""
     import json
 
-    import xarray as xr
-
-    from bayes_microbench.irt.config import FORMAT_VERSION, IRTConfig
-
-    cfg = IRTConfig.from_dict({"model": "3pl", "n_options": 4})
-    tree = xr.DataTree.from_dict({"posterior": post})
-    tree.attrs.update(
-        config_json=cfg.to_json(),
-        config_hash=cfg.hash(),
-        format_version=FORMAT_VERSION,
+    return write_posterior(
+        path,
+        post,
         diagnostics_json=json.dumps(diagnostics),
         fit_info_json=json.dumps(fit_info or {}),
     )
-    tree.to_netcdf(path)
-    return path
 
 
 UNCONVERGED = {

@@ -19,6 +19,8 @@ from bayes_microbench.scoring import (
     wilson_interval,
 )
 
+from .conftest import write_posterior
+
 
 @pytest.fixture(scope="module")
 def world():
@@ -128,24 +130,12 @@ def test_item_draws_thins_and_validates(world):
         item_draws(post.drop_vars("difficulty"))
 
 
-def _write_posterior(path, post):
-    from bayes_microbench.irt.config import FORMAT_VERSION, IRTConfig
-
-    cfg = IRTConfig.from_dict({"model": "3pl", "n_options": 4})
-    tree = xr.DataTree.from_dict({"posterior": post})
-    tree.attrs.update(
-        config_json=cfg.to_json(), config_hash=cfg.hash(), format_version=FORMAT_VERSION
-    )
-    tree.to_netcdf(path)
-    return path
-
-
 def test_cli_score_json(world, tmp_path, capsys):
     from bayes_microbench import save_responses
     from bayes_microbench.cli import main
 
     resp, _, post = world
-    p = _write_posterior(tmp_path / "post.nc", post)
+    p = write_posterior(tmp_path / "post.nc", post)
     save_responses(resp.isel(llm=slice(0, 3), item=slice(0, 25)), tmp_path / "new.csv")
     assert (
         main(
@@ -174,7 +164,7 @@ def test_cli_score_disagreeing_items_exit_2(world, tmp_path, capsys):
     from bayes_microbench.cli import main
 
     _, _, post = world
-    p = _write_posterior(tmp_path / "post.nc", post)
+    p = write_posterior(tmp_path / "post.nc", post)
     (tmp_path / "bad.csv").write_text("llm,zz-1,zz-2\nm1,1,0\n")
     args = ["score", "--posterior", str(p), "--raw-model"]
     assert main([*args, "--responses", str(tmp_path / "bad.csv")]) == 2
