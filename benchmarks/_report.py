@@ -23,6 +23,15 @@ from pathlib import Path
 from typing import Any
 
 REPORT = Path(__file__).resolve().parent / "README.md"
+#: The real matrices beside the checkout (never copied here), by the names the studies take.
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+MATRICES = {
+    "gpqa": SHARED_DATA / "open-llm-leaderboard-v2" / "gpqa.csv",
+    **{
+        name: SHARED_DATA / "metabench-oll-v1" / f"{name}.csv"
+        for name in ("arc", "mmlu", "gsm8k", "truthfulqa", "winogrande")
+    },
+}
 HEADER = """# Benchmark report
 
 Figures written by the scripts in this folder, each into its own section.

@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _report import commit, machine, write_section
+from _report import SHARED_DATA, commit, machine, write_section
 
 RESULTS = Path(__file__).parent / "results" / "adaptive.json"
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 RULES = ("goal", "fisher", "random")
 
 
@@ -253,7 +252,7 @@ def main() -> None:
 
     saved: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if not args.cost_only:
-        path = DATA / "open-llm-leaderboard-v2" / f"{args.benchmark}.csv"
+        path = SHARED_DATA / "open-llm-leaderboard-v2" / f"{args.benchmark}.csv"
         resp = load_responses(path)
         splits = [
             replay_split(

@@ -30,16 +30,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _report import commit, last_run, machine, write_section  # noqa: E402
+from _report import MATRICES, commit, last_run, machine, write_section  # noqa: E402
 
-DATA = HERE.parent.parent / "shared" / "data"
-BENCHMARKS = {
-    "gpqa": DATA / "open-llm-leaderboard-v2" / "gpqa.csv",
-    "arc": DATA / "metabench-oll-v1" / "arc.csv",
-    "mmlu": DATA / "metabench-oll-v1" / "mmlu.csv",
-    "truthfulqa": DATA / "metabench-oll-v1" / "truthfulqa.csv",
-    "winogrande": DATA / "metabench-oll-v1" / "winogrande.csv",
-}
 RESULTS = HERE / "results" / "convergence_check.json"
 DERIVED = ("difficulty",)
 
@@ -50,7 +42,7 @@ def run_one(name: str, model: str, seed: int) -> dict:
     from bayes_microbench.irt import diagnostics as diag
     from bayes_microbench.irt.model import fit_extending_draws
 
-    resp = load_responses(BENCHMARKS[name])
+    resp = load_responses(MATRICES[name])
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

@@ -32,17 +32,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _report import commit, last_run, machine, write_section  # noqa: E402
+from _report import MATRICES, commit, last_run, machine, write_section  # noqa: E402
 
-DATA = HERE.parent.parent / "shared" / "data"
-BENCHMARKS = {
-    "gpqa": DATA / "open-llm-leaderboard-v2" / "gpqa.csv",
-    "arc": DATA / "metabench-oll-v1" / "arc.csv",
-    "mmlu": DATA / "metabench-oll-v1" / "mmlu.csv",
-    "gsm8k": DATA / "metabench-oll-v1" / "gsm8k.csv",
-    "truthfulqa": DATA / "metabench-oll-v1" / "truthfulqa.csv",
-    "winogrande": DATA / "metabench-oll-v1" / "winogrande.csv",
-}
 RESULTS = HERE / "results" / "heldout_validation.json"
 
 
@@ -54,7 +45,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> dict:
     from bayes_microbench.io import load_responses
     from bayes_microbench.validate import validate
 
-    resp = load_responses(BENCHMARKS[name])
+    resp = load_responses(MATRICES[name])
     sizes = [n for n in args.sizes if n < resp.n_items]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     t0 = time.perf_counter()
@@ -153,8 +144,8 @@ def main() -> int:
     saved = json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else []
     if not args.report_only:
         for name in args.benchmarks.split(","):
-            if not BENCHMARKS[name].exists():
-                print(f"{BENCHMARKS[name]}: not found (real data lives in ../shared/data)")
+            if not MATRICES[name].exists():
+                print(f"{MATRICES[name]}: not found (real data lives in ../shared/data)")
                 return 2
             for seed in (int(s) for s in args.seeds.split(",")):
                 run = run_one(name, seed, args)
