@@ -11,7 +11,7 @@ from bayes_microbench import design as D
 from bayes_microbench.scoring import item_draws, posterior_from_truth
 from bayes_microbench.selectors import get_selector
 
-from .test_scoring import _write_posterior
+from .conftest import write_posterior
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_cli_mdad_and_plan(world, tmp_path, capsys):
     from bayes_microbench.cli import main
 
     _, _, post = world
-    p = _write_posterior(tmp_path / "post.nc", post)
+    p = write_posterior(tmp_path / "post.nc", post)
     out = tmp_path / "out"
     args = ["mdad", "--posterior", str(p), "--sizes", "10,40", "--output", str(out)]
     assert main([*args, "--max-draws", "100", "--quiet"]) == 0
