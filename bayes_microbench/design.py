@@ -78,6 +78,7 @@ from scipy.special import ndtr
 
 from ._validate import check_positive_int, check_probability, preview
 from .exceptions import UserInputError
+from .population import Population
 from .scoring import DEFAULT_CI_PROB, DEFAULT_MAX_DRAWS, ItemDraws, item_draws
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,10 @@ THETA_LIMIT = 6.0
 N_THETA = 121
 N_ABILITY_NODES = 16
 N_GAP_NODES = 7
+#: The study's gap bins (points): a bin is labelled by its lower edge.
+BIN_WIDTH = 0.5
+#: Equal-weight ability nodes (population quantiles) for the better llm with a fitted population.
+N_POPULATION_NODES = 24
 _CHUNK = 25  # draws per vectorized chunk
 
 
@@ -190,6 +195,19 @@ def _quadrature() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nd
     return theta, xa[keep], wa[keep] / wa[keep].sum(), xk, wk / wk.sum()
 
 
+def _draw_rows(draws: ItemDraws, rows: np.ndarray) -> ItemDraws:
+    """The posterior draws ``rows`` of a 1-D posterior's items."""
+    return ItemDraws(
+        draws.items,
+        draws.subtask,
+        draws.discrimination[rows],
+        draws.difficulty[rows],
+        draws.guessing[rows],
+        draws.chain[rows],
+        draws.draw[rows],
+    )
+
+
 def _moments(
     draws: ItemDraws, rows: np.ndarray, thetas: np.ndarray, weights: np.ndarray
 ) -> tuple[np.ndarray, ...]:
@@ -199,15 +217,7 @@ def _moments(
     PS, QS, CS (s, T, D): expected design estimate, its variance and its
     covariance with the full accuracy.
     """
-    sub = ItemDraws(
-        draws.items,
-        draws.subtask,
-        draws.discrimination[rows],
-        draws.difficulty[rows],
-        draws.guessing[rows],
-        draws.chain[rows],
-        draws.draw[rows],
-    )
+    sub = _draw_rows(draws, rows)
     n_s, n_b = len(rows), draws.n_items
     p = sub.prob(np.broadcast_to(thetas, (n_s, len(thetas))))  # (s, T, N)
     q = p * (1.0 - p)
@@ -232,9 +242,17 @@ def _curves_chunk(
     weights: np.ndarray,
     gaps: np.ndarray,
     half_step: np.ndarray,
+    population: Population | None = None,
+    excess: np.ndarray | None = None,
 ) -> np.ndarray:
-    """P(correct | gap) for the draws ``rows``: (s, D, G). Vectorized over all axes."""
+    """P(correct | gap) for the draws ``rows``: (s, D, G). Vectorized over all axes.
+
+    ``population``: the fitted llms' abilities replace the prior's ``Normal(0, 1)``;
+    ``excess`` ((D,) or (s, D)): each llm's estimate-error variance beyond the model's.
+    """
     theta, xa, wa, xk, wk = _quadrature()
+    if population is not None:
+        xa, wa = population.nodes(N_POPULATION_NODES)
     n_t = len(theta)
     pn, qn, ps, qs, cs = _moments(draws, rows, np.concatenate([theta, xa]), weights)
     pn_g, pn_a = pn[:, :n_t], pn[:, n_t:]  # (s, T), (s, A)
@@ -263,6 +281,11 @@ def _curves_chunk(
     step = theta[1] - theta[0]
     theta_b = theta[local] + frac * step
     jac = step / d_pn  # d theta_b / d e
+    if population is None:
+        dens_b = np.exp(-0.5 * theta_b**2)
+    else:
+        dens_g = population.density(theta)
+        dens_b = dens_g[local] * (1.0 - frac) + dens_g[local + 1] * frac
 
     qn_flat = qn_g.ravel()
     qn_b = qn_flat[flat] * (1.0 - frac) + qn_flat[flat + 1] * frac
@@ -271,7 +294,7 @@ def _curves_chunk(
     weight = (
         wa[None, :, None, None]
         * wk[None, None, None, :]
-        * np.exp(-0.5 * theta_b**2)
+        * dens_b
         * jac
         * np.sqrt(ratio2)
         * np.exp(-0.5 * xk[None, None, None, :] ** 2 * (ratio2 - 1.0))
@@ -289,10 +312,14 @@ def _curves_chunk(
     own = own[:, :, None, None, :]  # (s, A, 1, 1, 3D)
     mu_k = own[..., :n_d] - ps_b
     var_k = own[..., n_d : 2 * n_d] + qs_b
+    if excess is not None:  # two llms, each with its own misfit, independent of the full gap
+        extra = np.broadcast_to(np.asarray(excess, dtype=np.float32), (n_s, n_d))
+        var_k = var_k + 2.0 * extra[:, None, None, None, :]
     cov = own[..., 2 * n_d :] + cs_b
     inv_m2 = (1.0 / sig_m2).astype(np.float32)[..., None]
     resid = (delta[None, None, :, None] - e).astype(np.float32)[..., None]
-    margin = mu_k + cov * inv_m2 * resid - half_step.astype(np.float32)
+    half = np.broadcast_to(np.asarray(half_step, dtype=np.float32), (n_s, n_d))
+    margin = mu_k + cov * inv_m2 * resid - half[:, None, None, None, :]
     cond_var = var_k - cov * cov * inv_m2
     np.maximum(cond_var, np.float32(1e-30), out=cond_var)
     pc = ndtr(margin / np.sqrt(cond_var))  # a zero variance gives +-inf: P = 1 or 0
@@ -302,8 +329,55 @@ def _curves_chunk(
         return np.where(den > 0, num / den, np.nan)
 
 
-def _half_steps(design: Design) -> np.ndarray:
-    return 0.5 / np.asarray(design.sizes, dtype=np.float64)
+def population_positions(population: Population, draws: ItemDraws) -> np.ndarray:
+    """Positions of the benchmark items in the population's items (all must be there)."""
+    index = pd.Index(population.items)
+    pos = index.get_indexer(np.asarray(draws.items).astype(str))
+    if (pos < 0).any():
+        missing = np.asarray(draws.items)[pos < 0]
+        raise UserInputError(
+            f"the saved population does not cover {preview(missing.tolist())} of the benchmark "
+            "items: give population=None, or recalibrate the posterior on these items"
+        )
+    return pos
+
+
+def resolve_population(posterior: Any, population: Any) -> Population | None:
+    """The population a design integrates over: given, the posterior's saved one, or None.
+
+    ``"saved"``: the one a fit or a loaded file carries in its calibration
+    (None for a bare Dataset or a posterior saved without it: the prior's
+    ``Normal(0, 1)`` and no misfit).
+    """
+    if isinstance(population, str):
+        if population != "saved":
+            raise UserInputError(
+                f"population must be a Population, 'saved' or None, got {population!r}"
+            )
+        if isinstance(posterior, (xr.Dataset, xr.DataTree)):
+            return None
+        misfit = getattr(posterior, "calibration", None)
+        return getattr(misfit, "population", None)
+    if population is not None and not isinstance(population, Population):
+        population = getattr(population, "population", None)  # a Misfit carrying one
+    return population
+
+
+def _tie_margins(weights: np.ndarray) -> np.ndarray:
+    """Half the lattice step of each design's estimate difference: (D,) or (s, D).
+
+    Equal weights ``1/n`` put the estimated difference on steps of ``1/n``,
+    where a tie (counted as wrong) has real mass: the continuity correction is
+    ``1/(2n)``. Unequal weights (the Bayesian selectors' estimators) make an
+    exact tie negligible, and the correction is 0; applying ``1/(2n)`` there
+    overstated their MDAD by about ``50/n`` points.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    chosen = w > 0
+    top = np.where(chosen, w, -np.inf).max(axis=-2)
+    low = np.where(chosen, w, np.inf).min(axis=-2)
+    uniform = (top - low) <= 1e-9 * top
+    return np.where(uniform, 0.5 * top, 0.0)
 
 
 def _curves(
@@ -312,6 +386,7 @@ def _curves(
     gaps: np.ndarray,
     progress: Callable[[int], None] | None,
     monotone: bool = True,
+    population: Population | None = None,
 ) -> np.ndarray:
     """P(correct | gap) for every draw and size: (S, D, G).
 
@@ -325,10 +400,15 @@ def _curves(
     gaps asked.
     """
     out = np.empty((draws.n_draws, len(design.sizes), len(gaps)))
-    half = _half_steps(design)
+    positions = None if population is None else population_positions(population, draws)
     for start in range(0, draws.n_draws, _CHUNK):  # memory bound; each chunk is vectorized
         rows = np.arange(start, min(draws.n_draws, start + _CHUNK))
-        out[rows] = _curves_chunk(draws, rows, design.weights(rows), gaps, half)
+        weights = design.weights(rows)
+        excess = None
+        if population is not None:
+            excess = population.excess_variance(weights, positions)
+        half = _tie_margins(weights)
+        out[rows] = _curves_chunk(draws, rows, weights, gaps, half, population, excess)
         if progress is not None:
             progress(len(rows))
     if not monotone:
@@ -363,7 +443,7 @@ def _reference_curves_loop(draws: ItemDraws, design: Design, gaps: np.ndarray) -
         qn_grid = q_grid.sum(axis=1) / n_b**2
         for d in range(len(design.sizes)):
             w = w_all[:, d]
-            h = 0.5 / design.sizes[d]
+            h = float(_tie_margins(w_all)[d])
             ps_grid, qs_grid, cs_grid = p_grid @ w, q_grid @ (w * w), q_grid @ w / n_b
             for g, gap in enumerate(gaps):
                 delta = gap / 100.0
@@ -406,6 +486,24 @@ def _reference_curves_loop(draws: ItemDraws, design: Design, gaps: np.ndarray) -
 
 
 # ----------------------------------------------------------------- MDAD
+def bin_midpoints(curves: np.ndarray, gaps: np.ndarray, width: float = BIN_WIDTH) -> np.ndarray:
+    """Each curve at ``gap + width / 2`` (linear in the gap; NaN past the grid's end).
+
+    The study bins pairs by their gap floored to ``width`` points and labels a
+    bin by its lower edge; a bin's share correct is the curve near its
+    midpoint. Reading the curve there makes the Bayesian MDAD the same
+    quantity as the study's (at the lower edge the curve reads half a bin late).
+    """
+    g = np.asarray(gaps, dtype=np.float64)
+    x = g + 0.5 * width
+    hi = np.clip(np.searchsorted(g, x, side="left"), 1, len(g) - 1)
+    lo = hi - 1
+    span = g[hi] - g[lo] if len(g) > 1 else np.ones_like(g)
+    frac = np.clip((x - g[lo]) / np.where(span > 0, span, 1.0), 0.0, 1.0)
+    out = curves[..., lo] * (1.0 - frac) + curves[..., hi] * frac
+    return np.where(x <= g[-1], out, np.nan)
+
+
 def mdad_from_curves(curves: np.ndarray, gaps: np.ndarray, threshold: float) -> np.ndarray:
     """Smallest gap where each (monotone) curve reaches ``threshold``; ``inf`` if never.
 
@@ -442,6 +540,8 @@ def design_curves(
     draws: ItemDraws | None = None,
     progressbar: bool = False,
     min_draws: int | None = None,
+    population: Population | Any = "saved",
+    n_llms: int | None = None,
 ) -> xr.Dataset:
     """P(correct ranking | gap, design) curves with credible bands, and the Bayesian MDAD.
 
@@ -481,6 +581,18 @@ def design_curves(
         Fewest posterior draws the bands and intervals may rest on (default:
         the posterior's requirement; see
         :meth:`~bayes_microbench.scoring.ItemDraws.check_interval_draws`).
+    population
+        The llms the pairs come from and the misfit of their responses
+        (:class:`~bayes_microbench.population.Population`, or a ``Misfit``
+        carrying one). ``"saved"`` (default): the one the posterior's
+        calibration carries (saved by ``fit``); None, or a posterior without
+        one: the prior's ``Normal(0, 1)`` with responses that follow the model
+        exactly (the ``population`` attr says which).
+    n_llms
+        Also predict the MDAD that a study of ``n_llms`` new llms would
+        measure by the study's rule (:func:`bayes_microbench.mdad.mdad_from_pairs`
+        on all their pairs): ``mdad_study`` and ``mdad_study_interval``. Its band
+        adds to the curve's uncertainty which llms the study happens to hold.
 
     Returns
     -------
@@ -497,6 +609,7 @@ def design_curves(
         raise UserInputError("gaps must be an increasing list of points")
     if (gap_grid < 0).any() or (gap_grid > 100).any():
         raise UserInputError("gaps must lie in [0, 100] points")
+    pop = resolve_population(posterior, population)
     if draws is None:
         draws = item_draws(posterior, max_draws=max_draws)
     draws.check_interval_draws(min_draws)
@@ -520,11 +633,95 @@ def design_curves(
         # disable=None: tqdm turns itself off when stderr is not a terminal (a log, a pipe)
         bar = tqdm(total=draws.n_draws, desc=f"design {design.label}", unit="draw", disable=None)
     try:
-        curves = _curves(draws, design, gap_grid, bar.update if bar is not None else None)
+        curves = _curves(
+            draws, design, gap_grid, bar.update if bar is not None else None, population=pop
+        )
     finally:
         if bar is not None:
             bar.close()
-    return _summarize(curves, draws, design, gap_grid, thr, ci)
+    res = _summarize(curves, draws, design, gap_grid, thr, ci)
+    res.attrs["population"] = population_note(pop)
+    if n_llms is not None:
+        k = check_positive_int(n_llms, "n_llms")
+        if k < 2:
+            raise UserInputError(f"n_llms must be at least 2 (a pair), got {n_llms}")
+        study = study_mdads(curves, draws, gap_grid, thr, pop, k, random_seed)  # (S, D)
+        attrs = {"ci_kind": "eti", "ci_prob": ci, "n_llms": k}
+        res["mdad_study"] = ("n_items", np.quantile(study, 0.5, axis=0, method="lower"), attrs)
+        res["mdad_study_interval"] = (("n_items", "ci_bound"), _quantiles(study, ci), attrs)
+    return res
+
+
+def study_mdads(
+    curves: np.ndarray,
+    draws: ItemDraws,
+    gaps: np.ndarray,
+    thr: float,
+    population: Population | None,
+    n_llms: int,
+    random_seed: Any,
+) -> np.ndarray:
+    """The MDAD a study of ``n_llms`` new llms would measure, once per posterior draw: (S, D).
+
+    Per draw: ``n_llms`` abilities from the population (the fitted llms'
+    abilities, or the prior's ``Normal(0, 1)``), full-benchmark accuracies
+    from the draw's item curves with their binomial noise, every pair ranked
+    correctly with the draw's P(correct | gap), and the study's first-crossing
+    rule on 0.5-point bins (``inf`` where no bin reaches ``thr``). Pairs are
+    drawn independently given their gaps.
+    """
+    rng = np.random.default_rng(_entropy(random_seed) + 7)
+    n_s, n_d, _ = curves.shape
+    i, j = np.triu_indices(n_llms, k=1)
+    out = np.full((n_s, n_d), np.inf)
+    for s in range(n_s):
+        if population is None:
+            theta = rng.standard_normal(n_llms)
+        else:
+            theta = rng.choice(population.ability, size=n_llms, replace=True)
+        p = _draw_rows(draws, np.array([s])).prob(theta[None, :])[0]  # (K, N)
+        acc = rng.binomial(draws.n_items, p.mean(axis=1)) / draws.n_items
+        gap = np.abs(acc[i] - acc[j])
+        keep = gap > 0
+        binned = np.floor(gap[keep] * 200.0) / 2.0  # points, as mdad.bin_shares
+        labels, inverse = np.unique(binned, return_inverse=True)
+        for d in range(n_d):
+            curve = curves[s, d]
+            defined = np.isfinite(curve)
+            if not defined.any():
+                continue
+            last = float(curve[defined][-1])
+            pc = np.interp(gap[keep] * 100.0, gaps[defined], curve[defined], right=last)
+            correct = rng.random(pc.shape) < pc
+            share = np.bincount(inverse, weights=correct) / np.bincount(inverse)
+            hit = np.flatnonzero(share >= thr)
+            if hit.size:
+                out[s, d] = labels[hit[0]]
+    return out
+
+
+def saved_population(misfit: Any, where: str) -> Population | None:
+    """The population a loaded posterior's calibration carries; warns once when there is none."""
+    population = getattr(misfit, "population", None)
+    if population is None:
+        warnings.warn(
+            f"{where} carries no fitted population: the MDAD assumes the prior's Normal(0, 1) "
+            "llms answering as the model says, and its band carries item uncertainty only; "
+            "refit it with 'bayes-microbench fit', which saves the population",
+            UserWarning,
+            stacklevel=2,
+        )
+    return population
+
+
+def population_note(population: Population | None) -> str:
+    """What a design's pairs were drawn from, in one line (the results' ``population`` attr)."""
+    if population is None:
+        return (
+            "prior Normal(0, 1) abilities, responses as the model says (no saved population: "
+            "the band carries item uncertainty only)"
+        )
+    return population.describe()
 
 
 def _summarize(
@@ -543,8 +740,8 @@ def _summarize(
     count = defined.sum(axis=0)
     mean_curve = np.where(count > 0, np.where(defined, curves, 0.0).sum(axis=0), np.nan)
     mean_curve = mean_curve / np.maximum(count, 1)
-    per_draw = mdad_from_curves(curves, gaps, thr)
-    point = mdad_from_curves(mean_curve, gaps, thr)
+    per_draw = mdad_from_curves(bin_midpoints(curves, gaps), gaps, thr)
+    point = mdad_from_curves(bin_midpoints(mean_curve, gaps), gaps, thr)
     attrs = {"ci_kind": "eti", "ci_prob": ci}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN gaps stay NaN
@@ -725,6 +922,7 @@ def plan(
     random_seed: int | None = 0,
     draws: ItemDraws | None = None,
     min_draws: int | None = None,
+    population: Population | Any = "saved",
 ) -> xr.Dataset:
     """Smallest subset size that ranks a pair ``delta`` points apart correctly with ``prob``.
 
@@ -786,6 +984,7 @@ def plan(
     d = float(delta)
     if not 0 < d <= 100:
         raise UserInputError(f"delta must be a gap in points in (0, 100], got {delta}")
+    pop = resolve_population(posterior, population)
     if draws is None:
         draws = item_draws(posterior, max_draws=max_draws)
     draws.check_interval_draws(min_draws)
@@ -799,7 +998,7 @@ def plan(
     blocks = [sizes[k : k + _PLAN_BLOCK] for k in range(0, len(sizes), _PLAN_BLOCK)]
     curves = np.concatenate(
         [
-            _curves(draws, _plan_design(draws, selector, b, random_seed), gaps, None, False)
+            _curves(draws, _plan_design(draws, selector, b, random_seed), gaps, None, False, pop)
             for b in blocks
         ],
         axis=1,
@@ -834,6 +1033,7 @@ def plan(
             "ci_prob": ci,
             "n_benchmark_items": n_b,
             "sizes_evaluated": len(sizes),
+            "population": population_note(pop),
         },
     )
 

@@ -74,6 +74,7 @@ from scipy.special import ndtri
 
 from ._validate import check_positive_int, check_probability, preview
 from .exceptions import UserInputError
+from .population import Population
 from .responses import Responses
 
 
@@ -992,6 +993,8 @@ class Misfit:
     n_llms: int
     n_splits: int
     design: str
+    #: the fitted llms as designs see them (``calibrate_fitted`` adds it; None otherwise)
+    population: Population | None = None
 
     def _weights(self, n_obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Neighbouring calibrated sizes and the weight of the upper one, linear in log n."""
@@ -1073,7 +1076,7 @@ class Misfit:
 
     def to_dataset(self) -> xr.Dataset:
         """The calibration as a Dataset (dims ``n_items``, ``knot``, ``level``), e.g. to save."""
-        return xr.Dataset(
+        ds = xr.Dataset(
             {
                 "misfit_knots": (("n_items", "knot"), self.knots),
                 "misfit_centre": (("n_items", "knot"), self.centre),
@@ -1086,6 +1089,9 @@ class Misfit:
             coords={"n_items": self.n_observed, "level": self.levels},
             attrs={"n_llms": self.n_llms, "n_splits": self.n_splits, "design": self.design},
         )
+        if self.population is not None:
+            ds = ds.merge(self.population.to_dataset(), combine_attrs="no_conflicts")
+        return ds
 
     @classmethod
     def from_dataset(cls, ds: xr.Dataset) -> Misfit:
@@ -1108,6 +1114,7 @@ class Misfit:
             n_llms=int(ds.attrs["n_llms"]),
             n_splits=int(ds.attrs["n_splits"]),
             design=str(ds.attrs["design"]),
+            population=Population.from_dataset(ds),
         )
 
 

@@ -83,9 +83,13 @@ class ValidationResult:
     ``raw``). ``ranking``: one row per decile of the predicted P(correct
     ranking), pooled over splits, designs and sizes: ``predicted``,
     ``realized``, ``n_pairs``. ``mdad``: one row per (split, design, size):
-    predicted MDAD and band, realized MDAD by the study's first-crossing rule
-    and from the isotonic fit of the pairs (points; ``inf`` where not reached),
-    ``inside`` (the study's realized MDAD within the band). ``fits``: one row per
+    predicted MDAD (``predicted``) and the posterior band of the design's MDAD
+    (``lower``, ``upper``), the band of the MDAD a study of the held-out llms'
+    count would measure (``study_lower``, ``study_upper``: the curve's
+    uncertainty and which llms the study holds), realized MDAD by the study's
+    first-crossing rule and from the isotonic fit of the pairs (points; ``inf``
+    where not reached), ``inside`` (the realized MDAD within the study band)
+    and ``inside_curve_band`` (within the posterior band). ``fits``: one row per
     split: ``n_train``, ``converged``, ``note`` (the failed checks), ``seconds``.
     ``settings``: what ran.
     """
@@ -357,6 +361,8 @@ def validate(
                     ci_prob=ci,
                     random_seed=split,
                     draws=draws,
+                    population=fitted.misfit,
+                    n_llms=held_out,
                 )
                 gaps = curves["gap"].to_numpy()
                 curve = curves["p_correct_mean"].isel(n_items=0).to_numpy()
@@ -367,6 +373,7 @@ def validate(
                     diff, correct, method="isotonic", n_boot=200, random_seed=split
                 ).mdad
                 band = curves["mdad_interval"].isel(n_items=0).to_numpy()
+                study = curves["mdad_study_interval"].isel(n_items=0).to_numpy()
                 point = float(curves["mdad"].isel(n_items=0))
                 mdad_rows.append(
                     {
@@ -378,7 +385,10 @@ def validate(
                         "upper": float(band[1]),
                         "realized": float(realized),
                         "realized_isotonic": float(smooth),
-                        "inside": bool(band[0] <= realized <= band[1]),
+                        "study_lower": float(study[0]),
+                        "study_upper": float(study[1]),
+                        "inside": bool(study[0] <= realized <= study[1]),
+                        "inside_curve_band": bool(band[0] <= realized <= band[1]),
                         "n_pairs": int(diff.size),
                     }
                 )

@@ -41,6 +41,12 @@ def _fmt(v: float | None) -> str:
     return "not reached" if v is None or (isinstance(v, float) and math.isinf(v)) else f"{v:.1f}"
 
 
+def _study(m: dict) -> str:
+    if "study_lower" not in m:
+        return "-"
+    return f"[{_fmt(m['study_lower'])}, {_fmt(m['study_upper'])}]"
+
+
 def run_one(name: str, seed: int, args: argparse.Namespace) -> dict:
     from bayes_microbench.io import load_responses
     from bayes_microbench.validate import validate
@@ -76,12 +82,16 @@ def report(runs: list[dict]) -> None:
         "with `score`'s defaults; truth = a held-out llm's accuracy on every item. The "
         "random design draws 10 subsets per size shared by all held-out llms; the Bayesian "
         "selectors choose once per split from the training posterior. Targets: coverage "
-        "85-95%; realized MDAD inside the 90% band in >= 85% of rows, point error <= 1.",
+        "85-95%; realized MDAD inside the 90% band in >= 85% of rows, point error <= 1. "
+        "The MDAD columns: the design's MDAD [its posterior band] and the band of the MDAD a "
+        "study of as many new llms as were held out would measure (the curve's uncertainty "
+        "and which llms such a study holds); `inside` is the realized MDAD within that band "
+        "(runs before the saved population have no study band: `-`).",
         "",
         "| benchmark | seed, commit | fits converged | design | n | coverage | width (pts) | "
-        "abs error (pts) | interval | MDAD predicted [90% band] | realized | realized "
-        "(isotonic) | inside |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "abs error (pts) | interval | MDAD predicted [posterior band] | study band | realized "
+        "| realized (isotonic) | inside |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         conv = ", ".join(str(f["converged"]) for f in run["fits"])
@@ -91,7 +101,7 @@ def report(runs: list[dict]) -> None:
                 f"| {s['n']} | "
                 f"{s['coverage']:.2f} | {s['width'] * 100:.1f} | {s['abs_error'] * 100:.1f} | "
                 f"{s['interval']} | {_fmt(m['predicted'])} [{_fmt(m['lower'])}, "
-                f"{_fmt(m['upper'])}] | {_fmt(m['realized'])} | "
+                f"{_fmt(m['upper'])}] | {_study(m)} | {_fmt(m['realized'])} | "
                 f"{_fmt(m['realized_isotonic'])} | {m['inside']} |"
             )
     lines += [

@@ -37,6 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--posterior", required=True, metavar="PATH", help="saved posterior (.nc)")
+    p.add_argument(
+        "--raw-model",
+        action="store_true",
+        help="the prior population and the model as is, without the fitted llms' population "
+        "and misfit saved with the posterior",
+    )
     group = p.add_mutually_exclusive_group()
     group.add_argument(
         "--selector", default=None, help="random (default) or any registered selector name"
@@ -69,18 +75,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from .._outputs import REPORT_FILES, output_set
     from .._validate import parse_int_list
-    from ..design import DEFAULT_SIZES, curves_tables, design_curves
+    from ..design import DEFAULT_SIZES, curves_tables, design_curves, saved_population
     from ..exceptions import UserInputError
     from ..io import load_responses, read_subset
     from ..mdad import check_threshold
-    from ..scoring import read_posterior
+    from ..scoring import read_posterior_file
 
     check_output_folder(args.output)
     threshold = check_threshold(args.threshold, "--threshold")
     if args.subset is not None and args.sizes is not None:
         raise UserInputError("--sizes does not apply with --subset (the subset has its own size)")
     sizes = DEFAULT_SIZES if args.sizes is None else parse_int_list(args.sizes, "--sizes")
-    posterior = read_posterior(args.posterior)
+    posterior, saved = read_posterior_file(args.posterior)
+    population = None if args.raw_model else saved_population(saved, args.posterior)
     source = load_responses(args.source) if args.source is not None else None
     subset = read_subset(args.subset) if args.subset is not None else None
     res = design_curves(
@@ -93,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         max_draws=args.max_draws,
         source=source,
         random_seed=args.seed,
+        population=population,
         progressbar=not args.quiet and not args.json,
     )
     table, curves = curves_tables(res)

@@ -21,6 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--posterior", required=True, metavar="PATH", help="saved posterior (.nc)")
     p.add_argument(
+        "--raw-model",
+        action="store_true",
+        help="the prior population and the model as is, without the fitted llms' population "
+        "and misfit saved with the posterior",
+    )
+    p.add_argument(
         "--delta", type=GAP_POINTS, default=2.0, help="accuracy gap in points (default 2)"
     )
     p.add_argument(
@@ -52,10 +58,11 @@ def _number(v: float) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..design import plan
-    from ..scoring import read_posterior
+    from ..design import plan, saved_population
+    from ..scoring import read_posterior_file
 
-    posterior = read_posterior(args.posterior)
+    posterior, saved = read_posterior_file(args.posterior)
+    population = None if args.raw_model else saved_population(saved, args.posterior)
     res = plan(
         posterior,
         args.delta,
@@ -64,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         ci_prob=args.ci_prob,
         max_draws=args.max_draws,
         random_seed=args.seed,
+        population=population,
     )
     ci = float(res.attrs["ci_prob"])
     rows = []

@@ -10,6 +10,7 @@ and its cost: docs/decisions/0002-calibration-saved-with-the-posterior.md.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy as np
 import xarray as xr
 
 from ..exceptions import ConfigurationError
+from ..population import estimate_population
 from ..responses import Responses
 
 #: Subset sizes the calibration is estimated at (those that leave 10 items unobserved).
@@ -60,7 +62,9 @@ def calibrate_fitted(
     -------
     Misfit
         Saved by :func:`bayes_microbench.irt.io.save_posterior` when given as
-        ``calibration=``; ``score`` applies it by default.
+        ``calibration=``; ``score`` applies it by default. For a 1-D posterior
+        it carries the fitted llms' :class:`~bayes_microbench.population.Population`,
+        which ``mdad`` and ``plan`` integrate over by default.
     """
     import pandas as pd
 
@@ -79,7 +83,7 @@ def calibrate_fitted(
             f"(got {responses.n_llms} llms, fewest answered "
             f"{int(np.asarray(responses.observed).sum(axis=1).min())})"
         )
-    return estimate_misfit(
+    misfit = estimate_misfit(
         posterior,
         responses,
         sizes=sizes,
@@ -87,15 +91,22 @@ def calibrate_fitted(
         random_seed=random_seed,
         where="calibration of the fitted posterior: responses",
     )
+    if "discrimination" in posterior and "dim" in posterior["discrimination"].dims:
+        return misfit  # a 2pl-md posterior: the designs that would use a population refuse it
+    population = estimate_population(posterior, responses, random_seed=random_seed)
+    return dataclasses.replace(misfit, population=population)
 
 
 def calibration_hash(ds: xr.Dataset) -> str:
     """SHA-256 over a calibration group's values and attrs (stored beside it, checked on load)."""
     h = hashlib.sha256()
     for name in sorted(ds.variables, key=str):
-        values = np.ascontiguousarray(np.asarray(ds[name].values, dtype=np.float64))
+        raw = np.asarray(ds[name].values)
         h.update(str(name).encode())
-        h.update(values.tobytes())
+        if raw.dtype.kind in "OUS":  # item ids
+            h.update("\x00".join(str(v) for v in raw.ravel()).encode())
+        else:
+            h.update(np.ascontiguousarray(raw, dtype=np.float64).tobytes())
     for key in sorted(ds.attrs):
         if key != "calibration_hash":
             h.update(f"{key}={ds.attrs[key]}".encode())

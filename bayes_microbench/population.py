@@ -1,0 +1,187 @@
+"""The fitted llms as a design sees them: their ability distribution and the misfit the IRT model leaves.
+
+Why: a design's P(correct ranking) averages over pairs of llms from a
+population and over their responses. With the prior's ``Normal(0, 1)``
+population and responses that follow the IRT model exactly, the predicted
+MDAD of a fixed subset is a single value that misses the MDAD real llms show
+(docs/decisions/0007-design-population-and-misfit.md): real abilities are not
+normal, and a subset's estimate strays from the full-benchmark accuracy by more
+than the Bernoulli noise the model allows, most of all for subsets that load
+on one cluster of items. :class:`Population` carries both, estimated on the
+llms the posterior was fitted on, and travels with the posterior in its
+``calibration`` group.
+
+For an llm ``j`` with plug-in ability ``a_j`` (its posterior mean from all its
+responses), the residual ``r_ji = y_ji - P_i(a_j)``; for a design with weights
+``w`` the error of its estimate is ``e_j = (w - 1/N) . r_j``. The model's
+share of ``E[e_j^2]`` is the Bernoulli variance ``sum_i (w_i - 1/N)^2
+P_i (1 - P_i)``; the rest, ``(w - 1/N)' E (w - 1/N)``, is the excess the design
+adds, with ``E`` the residual covariance minus its Bernoulli diagonal. ``E`` is
+kept as a rank-``k`` factor (the correlated part: secondary abilities, item
+clusters) plus a diagonal, so no llm's responses can be read back from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from .exceptions import UserInputError
+
+#: Rank of the residual covariance factor.
+DEFAULT_RANK = 20
+#: Posterior draws averaged for the plug-in abilities and residuals.
+POPULATION_DRAWS = 50
+#: Most abilities kept (quantiles of the fitted llms' when there are more).
+MAX_ABILITIES = 2000
+
+
+@dataclass(frozen=True)
+class Population:
+    """Ability distribution and residual excess covariance of the fitted llms.
+
+    ``ability`` (L,): plug-in abilities, sorted; ``factor`` (N, k) and ``diag``
+    (N,): the excess residual covariance ``factor @ factor.T + diag(diag)``
+    over the posterior's ``items``; ``n_llms``: llms behind it.
+    """
+
+    items: np.ndarray
+    ability: np.ndarray
+    factor: np.ndarray
+    diag: np.ndarray
+    n_llms: int
+
+    def excess_variance(
+        self, weights: np.ndarray, positions: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The excess variance of a design's estimate error ``e_j``, per design.
+
+        Parameters
+        ----------
+        weights
+            ``(..., N_b, D)`` design weights over the benchmark items (each
+            column sums to 1).
+        positions
+            The benchmark items' positions in :attr:`items` (default: all, in order).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(..., D)``, clipped at 0 (a design is never credited with less
+            noise than the IRT model's own).
+        """
+        factor = self.factor if positions is None else self.factor[positions]
+        diag = self.diag if positions is None else self.diag[positions]
+        d = np.asarray(weights, dtype=np.float64) - 1.0 / factor.shape[0]
+        low = np.einsum("nk,...nd->...kd", factor, d)
+        total = (low * low).sum(axis=-2) + np.einsum("n,...nd->...d", diag, d * d)
+        return np.maximum(total, 0.0)
+
+    def density(self, theta: np.ndarray) -> np.ndarray:
+        """Gaussian-kernel density of the abilities at ``theta`` (Silverman's bandwidth)."""
+        a = self.ability
+        spread = min(float(np.std(a)), float(np.subtract(*np.percentile(a, [75, 25]))) / 1.349)
+        h = 0.9 * max(spread, 1e-3) * len(a) ** -0.2
+        z = (np.asarray(theta, dtype=np.float64)[..., None] - a) / h
+        return np.exp(-0.5 * z * z).mean(axis=-1) / (h * np.sqrt(2.0 * np.pi))
+
+    def nodes(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` equal-weight ability nodes at the population's mid-quantiles."""
+        q = (np.arange(count) + 0.5) / count
+        return np.quantile(self.ability, q), np.full(count, 1.0 / count)
+
+    def describe(self) -> str:
+        """One line: where the population comes from."""
+        return (
+            f"abilities of the {self.n_llms} fitted llms, with their residual excess "
+            f"covariance (rank {self.factor.shape[1]})"
+        )
+
+    def to_dataset(self) -> xr.Dataset:
+        """The population as a Dataset (dims ``population_llm``, ``item``, ``factor_rank``)."""
+        return xr.Dataset(
+            {
+                "population_ability": ("population_llm", self.ability),
+                "population_factor": (("item", "factor_rank"), self.factor.astype(np.float32)),
+                "population_diag": ("item", self.diag.astype(np.float32)),
+            },
+            coords={"item": self.items.astype(str)},
+            attrs={"population_n_llms": self.n_llms},
+        )
+
+    @classmethod
+    def from_dataset(cls, ds: xr.Dataset) -> Population | None:
+        """Inverse of :meth:`to_dataset`; None when ``ds`` holds no population."""
+        if "population_ability" not in ds:
+            return None
+        return cls(
+            items=ds["item"].to_numpy().astype(str),
+            ability=ds["population_ability"].to_numpy().astype(np.float64),
+            factor=ds["population_factor"].to_numpy().astype(np.float64),
+            diag=ds["population_diag"].to_numpy().astype(np.float64),
+            n_llms=int(ds.attrs["population_n_llms"]),
+        )
+
+
+def estimate_population(
+    posterior: Any,
+    responses: Any,
+    *,
+    rank: int = DEFAULT_RANK,
+    max_draws: int = POPULATION_DRAWS,
+    random_seed: int | None = 0,
+) -> Population:
+    """The :class:`Population` of the llms a posterior was fitted on.
+
+    Parameters
+    ----------
+    posterior
+        A 1-D item posterior (anything :func:`~bayes_microbench.scoring.item_draws` reads).
+    responses
+        The responses it was fitted on (:class:`~bayes_microbench.Responses`),
+        at least 10 llms.
+    rank
+        Rank of the residual covariance factor.
+    max_draws
+        Item draws averaged for the abilities and the model's probabilities.
+    random_seed
+        Seed of the draws' thinning and the ability posterior.
+
+    Returns
+    -------
+    Population
+    """
+    from .scoring import ability_posterior_samples, item_draws
+
+    draws = item_draws(posterior, max_draws=max_draws)
+    if draws.n_dims != 1:
+        raise UserInputError("estimate_population: a 1-D posterior is needed (2pl-md given)")
+    items = np.asarray(draws.items).astype(str)
+    y = np.asarray(responses.select(items=items.tolist()).values, dtype=np.float64)
+    n_llms, n_items = y.shape
+    if n_llms < 10:
+        raise UserInputError(f"estimate_population: needs at least 10 fitted llms, got {n_llms}")
+    samples, _ = ability_posterior_samples(draws, y, random_seed=random_seed)
+    ability = np.asarray(samples).mean(axis=0)  # (L,)
+    observed = ~np.isnan(y)
+    resid = np.zeros_like(y)
+    bern = np.zeros(n_items)
+    for start in range(0, n_llms, 256):  # bounded memory: (S, 256, N) at a time
+        rows = slice(start, min(n_llms, start + 256))
+        p = draws.prob(np.broadcast_to(ability[rows], (draws.n_draws, len(ability[rows]))))
+        p = p.mean(axis=0)
+        obs = observed[rows]
+        resid[rows] = np.where(obs, np.nan_to_num(y[rows]) - p, 0.0)
+        bern += np.where(obs, p * (1.0 - p), 0.0).sum(axis=0)
+    k = int(max(1, min(rank, n_llms - 1, n_items)))
+    _, s, vt = np.linalg.svd(resid, full_matrices=False)
+    factor = (vt[:k].T * s[:k]) / np.sqrt(n_llms)
+    cov_diag = (resid * resid).sum(axis=0) / n_llms
+    diag = cov_diag - (factor * factor).sum(axis=1) - bern / n_llms
+    kept = np.sort(ability)
+    if len(kept) > MAX_ABILITIES:
+        kept = np.quantile(kept, (np.arange(MAX_ABILITIES) + 0.5) / MAX_ABILITIES)
+    return Population(items=items, ability=kept, factor=factor, diag=diag, n_llms=n_llms)
