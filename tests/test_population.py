@@ -1,0 +1,191 @@
+"""The fitted llms' population and misfit in the design (bayes_microbench.population)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from bayes_microbench import Responses, simulate_responses
+from bayes_microbench import design as D
+from bayes_microbench.irt.calibration import calibration_hash
+from bayes_microbench.mdad import mdad_from_pairs
+from bayes_microbench.population import Population, estimate_population
+from bayes_microbench.scoring import Misfit, posterior_from_truth
+
+N_ITEMS = 200
+HALF = N_ITEMS // 2
+
+
+def _two_cluster_world(n_llms: int, seed: int, rho: float = 0.2):
+    """A 2PL whose first and second halves of the items each follow their own ability.
+
+    Returns the responses, a 1-D posterior at the true item parameters (the
+    model a user would fit misses the second ability) and the truth.
+    """
+    resp, truth = simulate_responses(
+        "gpqa", model="2pl", n_llms=n_llms, n_items=N_ITEMS, random_seed=seed, return_truth=True
+    )
+    rng = np.random.default_rng(seed + 100)
+    t1 = truth.ability.to_numpy()
+    t2 = rho * t1 + np.sqrt(1 - rho**2) * rng.standard_normal(n_llms)
+    a = truth.discrimination.to_numpy()
+    b = truth.difficulty.to_numpy()
+    theta = np.where(np.arange(N_ITEMS)[None, :] < HALF, t1[:, None], t2[:, None])
+    p = 1.0 / (1.0 + np.exp(-a * (theta - b)))
+    y = (rng.random(p.shape) < p).astype(float)
+    two = Responses.from_arrays(y, resp.llms, resp.items)
+    post = posterior_from_truth(truth, n_chains=2, n_draws=30, noise=0.02, random_seed=seed)
+    return two, post, truth
+
+
+def _weights(positions: np.ndarray) -> np.ndarray:
+    w = np.zeros((N_ITEMS, 1))
+    w[positions, 0] = 1.0 / len(positions)
+    return w
+
+
+@pytest.fixture(scope="module")
+def model_world():
+    resp, truth = simulate_responses(
+        "gpqa", model="2pl", n_llms=400, n_items=N_ITEMS, random_seed=3, return_truth=True
+    )
+    post = posterior_from_truth(truth, n_chains=2, n_draws=30, noise=0.02, random_seed=3)
+    return resp, post, truth
+
+
+@pytest.fixture(scope="module")
+def cluster_world():
+    return _two_cluster_world(400, seed=5)
+
+
+def test_excess_is_near_zero_when_the_model_holds(model_world):
+    resp, post, _ = model_world
+    pop = estimate_population(post, resp)
+    rng = np.random.default_rng(0)
+    for n in (25, 50):
+        w = _weights(rng.choice(N_ITEMS, n, replace=False))
+        # the Bernoulli sd of a 25-50 item estimate's error is 0.05-0.07; the excess ~0
+        assert float(np.sqrt(pop.excess_variance(w))[0]) < 0.02
+    assert np.isclose(pop.ability.mean(), 0.0, atol=0.15)
+    assert np.isclose(pop.ability.std(), 1.0, atol=0.15)
+
+
+def test_excess_finds_the_ability_the_model_misses(cluster_world):
+    resp, post, _ = cluster_world
+    pop = estimate_population(post, resp)
+    one_cluster = float(pop.excess_variance(_weights(np.arange(50)))[0])
+    balanced = float(pop.excess_variance(_weights(np.r_[0:25, HALF : HALF + 25]))[0])
+    assert np.sqrt(one_cluster) > 0.03
+    assert one_cluster > 5 * balanced
+
+
+def test_design_with_the_population_predicts_the_realized_mdad_on_misfit_data(cluster_world):
+    resp, post, _ = cluster_world
+    pop = estimate_population(post, resp)
+    many, _, _ = _two_cluster_world(1500, seed=11)  # new llms from the same world
+    sub = np.arange(0, HALF, 2)  # 50 items, all of the first cluster
+    y = many.values
+    i, j = np.triu_indices(len(y), k=1)
+    full = y[i].mean(1) - y[j].mean(1)
+    est = y[i][:, sub].mean(1) - y[j][:, sub].mean(1)
+    keep = full != 0
+    correct = (np.sign(est[keep]) == np.sign(full[keep])).astype(float)
+    realized = mdad_from_pairs(full[keep], correct, n_boot=10, random_seed=0).mdad
+    design = D.fixed_design([sub], N_ITEMS, "cluster")
+    with_pop = float(D.design_curves(post, design, population=pop)["mdad"][0])
+    without = float(D.design_curves(post, design, population=None)["mdad"][0])
+    # the model alone is optimistic by 4 points here; the population's misfit moves the
+    # prediction most of the way (6.5 against 8.0 measured) without overshooting
+    assert realized - without > 3.0, (without, realized)
+    assert with_pop - without >= 2.0, (without, with_pop)
+    assert with_pop <= realized + 0.5, (with_pop, realized)
+
+
+def test_study_band_covers_the_mdad_of_studies_under_the_model(model_world):
+    _, post, truth = model_world
+    resp = simulate_responses("gpqa", model="2pl", n_llms=10, n_items=N_ITEMS, random_seed=3)
+    pop = dataclasses.replace(
+        estimate_population(post, resp),
+        ability=np.sort(np.random.default_rng(1).standard_normal(2000)),
+        factor=np.zeros((N_ITEMS, 1)),
+        diag=np.zeros(N_ITEMS),
+    )
+    sub = np.arange(0, N_ITEMS, 4)
+    res = D.design_curves(
+        post, D.fixed_design([sub], N_ITEMS, "s"), population=pop, n_llms=80, random_seed=0
+    )
+    lo, hi = res["mdad_study_interval"].to_numpy()[0]
+    a, b = truth.discrimination.to_numpy(), truth.difficulty.to_numpy()
+    rng = np.random.default_rng(2)
+    inside = 0
+    for _ in range(20):
+        theta = rng.standard_normal(80)
+        y = (rng.random((80, N_ITEMS)) < 1 / (1 + np.exp(-a * (theta[:, None] - b)))).astype(float)
+        i, j = np.triu_indices(80, k=1)
+        full = y[i].mean(1) - y[j].mean(1)
+        est = y[i][:, sub].mean(1) - y[j][:, sub].mean(1)
+        keep = full != 0
+        correct = (np.sign(est[keep]) == np.sign(full[keep])).astype(float)
+        inside += lo <= mdad_from_pairs(full[keep], correct, n_boot=10, random_seed=0).mdad <= hi
+    assert inside >= 15, (inside, lo, hi)
+    post_band = res["mdad_interval"].to_numpy()[0]
+    assert hi - lo > post_band[1] - post_band[0]  # a finite study adds its own spread
+
+
+def test_tie_correction_only_for_equal_weights():
+    w = np.zeros((10, 2))
+    w[:4, 0] = 0.25
+    w[:3, 1] = [0.5, 0.3, 0.2]
+    np.testing.assert_allclose(D._tie_margins(w), [0.125, 0.0])
+
+
+def test_bin_midpoints_read_the_curve_half_a_bin_on():
+    gaps = np.arange(0.0, 3.01, 0.5)
+    out = D.bin_midpoints(gaps[None, :] * 2.0, gaps)
+    np.testing.assert_allclose(out[0, :-1], (gaps[:-1] + 0.25) * 2.0)
+    assert np.isnan(out[0, -1])
+
+
+def test_population_travels_with_the_calibration(model_world):
+    resp, post, _ = model_world
+    pop = estimate_population(post, resp)
+    misfit = Misfit(
+        n_observed=np.array([25]),
+        knots=np.array([[0.2, 0.5, 0.8]]),
+        centre=np.array([[0.2, 0.5, 0.8]]),
+        variance=np.array([[0.01, 0.01, 0.01]]),
+        quantiles=np.array([[-1.6, 0.0, 1.6]]),
+        levels=np.array([0.05, 0.5, 0.95]),
+        excess_sd=np.array([0.0]),
+        linear_slope=np.array([1.0]),
+        n_cases=np.array([100]),
+        n_llms=400,
+        n_splits=2,
+        design="random",
+        population=pop,
+    )
+    ds = misfit.to_dataset()
+    assert len(calibration_hash(ds)) == 16
+    back = Misfit.from_dataset(ds).population
+    assert isinstance(back, Population)
+    np.testing.assert_allclose(back.ability, pop.ability)
+    np.testing.assert_allclose(back.factor, pop.factor, rtol=1e-6, atol=1e-7)
+    assert back.n_llms == 400
+    assert (
+        Misfit.from_dataset(dataclasses.replace(misfit, population=None).to_dataset()).population
+        is None
+    )
+
+
+def test_population_refuses_too_few_llms_and_foreign_items(model_world):
+    from bayes_microbench import UserInputError
+
+    resp, post, _ = model_world
+    with pytest.raises(UserInputError, match="at least 10 fitted llms"):
+        estimate_population(post, resp.isel(llm=np.arange(5)))
+    pop = estimate_population(post, resp)
+    other = dataclasses.replace(pop, items=np.array([f"x{k}" for k in range(N_ITEMS)]))
+    with pytest.raises(UserInputError, match="does not cover"):
+        D.design_curves(post, sizes=[20], max_draws=20, population=other)
