@@ -48,6 +48,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "plan",
     "validate",
     "adapt",
+    "models",
 )
 
 

@@ -139,6 +139,39 @@ def add_responses(
     )
 
 
+def posterior_arg(text: str) -> str:
+    """An argparse ``type=`` for ``--posterior``: a path, or a shipped model's name.
+
+    ``gpqa`` (a benchmark: its default model) or ``gpqa-2pl-md`` (a file in the
+    models folder) become that file's path; a path is kept as given (its loader
+    says what is wrong with it). Why at parse time: an unknown name stops the
+    command before it reads anything, with one line listing the known names.
+    """
+    from ..exceptions import UserInputError
+    from ..shipped import resolve_posterior
+
+    try:
+        return resolve_posterior(text.strip())
+    except UserInputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+posterior_arg.__name__ = "posterior"
+
+
+def add_posterior(parser: Any, *, required: bool = True, help: str | None = None) -> None:
+    """``--posterior PATH|NAME`` on a parser or an argument group (see :func:`posterior_arg`)."""
+    parser.add_argument(
+        "--posterior",
+        required=required,
+        type=posterior_arg,
+        metavar="PATH|NAME",
+        help=help
+        or "saved posterior (.nc), or a shipped model's name (gpqa, gpqa-2pl-md, ...: "
+        "'bayes-microbench models' lists them)",
+    )
+
+
 def add_output_flags(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
     """``--json`` (unless ``json_flag`` is False) and ``--quiet``."""
     if json_flag:

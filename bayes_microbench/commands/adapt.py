@@ -31,6 +31,7 @@ from ._common import (
     POSITIVE_INT,
     PROBABILITY,
     add_output_flags,
+    add_posterior,
     add_seed,
     check_output_file,
     print_json,
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="adaptive evaluation: the next items to ask, or stop with the estimate",
         description=__doc__,
     )
-    p.add_argument("--posterior", required=True, metavar="PATH", help="saved posterior (.nc)")
+    add_posterior(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--responses", metavar="PATH", help="the llm's answers so far (omit: start from the prior)"

@@ -23,6 +23,7 @@ from ._common import (
     PROBABILITY,
     RANKING_THRESHOLD,
     add_output_flags,
+    add_posterior,
     add_seed,
     check_output_folder,
     print_json,
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--posterior", required=True, metavar="PATH", help="saved posterior (.nc)")
+    add_posterior(p)
     p.add_argument(
         "--raw-model",
         action="store_true",

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import GAP_POINTS, POSITIVE_INT, PROBABILITY, add_output_flags, add_seed, print_json
+from ._common import (
+    GAP_POINTS,
+    POSITIVE_INT,
+    PROBABILITY,
+    add_output_flags,
+    add_posterior,
+    add_seed,
+    print_json,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="smallest subset size that detects an accuracy gap (with an interval)",
         description=__doc__,
     )
-    p.add_argument("--posterior", required=True, metavar="PATH", help="saved posterior (.nc)")
+    add_posterior(p)
     p.add_argument(
         "--raw-model",
         action="store_true",

@@ -26,6 +26,7 @@ from ._common import (
     POSITIVE_INT,
     PROBABILITY,
     add_output_flags,
+    add_posterior,
     add_responses,
     add_seed,
     print_json,
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="estimate llms' full-benchmark accuracy from subset responses and a posterior",
         description=__doc__,
     )
-    p.add_argument("--posterior", required=True, metavar="PATH", help="saved posterior (.nc)")
+    add_posterior(p)
     add_responses(p)
     p.add_argument(
         "--ci-prob", type=PROBABILITY, default=None, help="interval probability (default 0.9)"

@@ -19,7 +19,14 @@ import numpy as np
 
 from .._validate import check_int_range, plural
 from ..exceptions import UserInputError
-from ._common import POSITIVE_INT, add_output_flags, add_seed, check_output_file, print_json
+from ._common import (
+    POSITIVE_INT,
+    add_output_flags,
+    add_posterior,
+    add_seed,
+    check_output_file,
+    print_json,
+)
 
 _TASK_DOC = re.compile(r"^(?P<task>.+):(?P<doc>\d+)$")
 
@@ -28,9 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("select", help="choose a micro-benchmark subset", description=__doc__)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--responses", metavar="PATH", help="responses of the source llms")
-    src.add_argument(
-        "--posterior", metavar="PATH", help="a saved IRT posterior (models/*.nc or 'fit' output)"
-    )
+    add_posterior(src, required=False)
     p.add_argument(
         "--items", metavar="PATH", default=None, help="items file for a wide --responses CSV"
     )

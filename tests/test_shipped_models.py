@@ -1,0 +1,163 @@
+"""Shipped models by name: ``--posterior NAME``, ``bayes-microbench models``, the models folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bayes_microbench import shipped
+from bayes_microbench.cli import main
+from bayes_microbench.exceptions import UserInputError
+
+from .conftest import ROOT, write_posterior
+
+MODELS = ROOT / "models"
+
+UNCONVERGED = {
+    "max_rhat": 1.5,
+    "min_ess_bulk": 4.0,
+    "min_ess_tail": 9.0,
+    "divergences": 3,
+    "min_bfmi": 0.5,
+    "mean_tree_size": 7.0,
+    "worst_rhat": "intercept[q1]",
+    "worst_ess_bulk": "intercept[q1]",
+    "n_draws": 100,
+    "n_chains": 2,
+    "problems": ["R-hat 1.500 > 1.01 (intercept[q1])", "3 divergent transition(s)"],
+}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """A models folder: a converged ``musr-2pl`` (the key ``musr``) and an unconverged ``odd``."""
+    from bayes_microbench import simulate_responses
+    from bayes_microbench.scoring import posterior_from_truth
+
+    out = tmp_path_factory.mktemp("models")
+    _, truth = simulate_responses("gpqa", n_llms=20, n_items=12, random_seed=0, return_truth=True)
+    post = posterior_from_truth(truth, n_draws=60, random_seed=0)
+    write_posterior(out / "musr-2pl.nc", post, benchmark="musr", diagnostics_json="null")
+    write_posterior(
+        out / "odd.nc",
+        post,
+        benchmark="odd",
+        diagnostics_json=json.dumps(UNCONVERGED),
+        fit_info_json="{}",
+    )
+    (out / "musr-2pl.md").write_text("# card\n")
+    return out
+
+
+@pytest.fixture
+def env_folder(folder, monkeypatch) -> Path:
+    monkeypatch.setenv(shipped.MODELS_ENV, str(folder))
+    return folder
+
+
+def test_names_resolve_to_files_and_paths_stay_paths(folder, tmp_path):
+    assert shipped.resolve_posterior("musr", folder=folder) == str(folder / "musr-2pl.nc")
+    assert shipped.resolve_posterior("odd", folder=folder) == str(folder / "odd.nc")
+    # a path (existing or not) is the loader's business, never a name
+    assert shipped.resolve_posterior("no/such.nc", folder=folder) == "no/such.nc"
+    assert shipped.resolve_posterior("missing.nc", folder=folder) == "missing.nc"
+    existing = tmp_path / "gpqa"
+    existing.write_text("x")
+    assert shipped.resolve_posterior(str(existing), folder=folder) == str(existing)
+    assert shipped.known_names(folder) == ["musr", "musr-2pl", "odd"]
+
+
+def test_unknown_name_lists_the_known_ones(folder):
+    with pytest.raises(UserInputError, match=r"'gpqq'.*known names: musr, musr-2pl, odd"):
+        shipped.resolve_posterior("gpqq", folder=folder)
+    with pytest.raises(UserInputError, match=r"holds no \.nc file"):
+        shipped.resolve_posterior("gpqa", folder=folder / "empty")
+
+
+def test_models_folder_env_overrides_the_checkout(monkeypatch, tmp_path):
+    monkeypatch.setenv(shipped.MODELS_ENV, str(tmp_path))
+    assert shipped.models_dir() == tmp_path
+    monkeypatch.delenv(shipped.MODELS_ENV)
+    assert shipped.models_dir() == MODELS  # the checkout's (editable install)
+
+
+def test_cli_unknown_name_is_one_line_exit_2(env_folder, capsys):
+    rc = main(["plan", "--posterior", "gpqq", "--delta", "5"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1
+    assert "known names: musr, musr-2pl, odd" in err and "--posterior" in err
+
+
+def test_cli_name_reaches_the_command(env_folder, capsys):
+    rc = main(
+        [
+            "plan",
+            "--posterior",
+            "musr",
+            "--delta",
+            "10",
+            "--raw-model",
+            "--max-draws",
+            "100",
+            "--json",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert json.loads(out)  # "musr" is no file here: the command read musr-2pl.nc
+
+
+def test_models_json_lists_each_file(env_folder, capsys):
+    assert main(["models", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in res["models"]}
+    assert set(rows) == {"musr-2pl", "odd"}
+    musr, odd = rows["musr-2pl"], rows["odd"]
+    assert musr["aliases"] == ["musr"] and odd["aliases"] == []
+    assert (musr["n_items"], musr["draws"]) == (12, 120)
+    assert musr["calibrated"] is False and musr["n_llms"] is None
+    assert musr["converged"] is None and musr["card"].endswith("musr-2pl.md")
+    assert odd["converged"] is False and odd["problems"] == UNCONVERGED["problems"]
+    assert musr["file_bytes"] == (env_folder / "musr-2pl.nc").stat().st_size
+
+
+def test_models_table_marks_the_unconverged(env_folder, capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("odd"))
+    assert " NO " in f"{line} "
+    assert "unconverged" in out and "odd" in out.splitlines()[-1]
+
+
+def test_models_without_a_folder_is_exit_2(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(shipped.MODELS_ENV, str(tmp_path / "none"))
+    assert main(["models"]) == 2
+    assert "no shipped models" in capsys.readouterr().err
+
+
+# ------------------------------------------------------- the shipped files themselves
+SHIPPED = sorted(MODELS.glob("*.nc"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_each_shipped_model_is_small_carded_and_calibrated(path):
+    info = shipped.model_info(path)
+    assert info["file_bytes"] <= 10_500_000, "keep models/ small: thin it harder"
+    assert info["card"] is not None, f"{path.name} has no model card"
+    assert info["calibrated"], f"{path.name} carries no calibration"
+    assert info["draws"] >= 100  # score refuses intervals from fewer
+    assert info["converged"] is not None  # the card and `models` say which
+    card = Path(info["card"]).read_text()
+    assert ("NOT converged" in card) == (info["converged"] is False)
+
+
+def test_every_benchmark_key_is_a_build_target():
+    from bayes_microbench.irt.build_models import ARTIFACTS, spec_for
+
+    for key, bench in shipped.BENCHMARKS.items():
+        spec = spec_for(key)
+        assert spec.name == bench.default_model and spec.data == bench.data
+    assert all(spec_for(n) is s for n, s in ARTIFACTS.items())
