@@ -1,21 +1,30 @@
-"""Rebuild the fitted posterior artifacts in ``models/`` and their model cards.
+"""Rebuild the shipped posteriors in ``models/`` and their model cards.
 
-Run from the repository root::
+Run from the repository root (under ``flock /tmp/briefs/cpu.lock`` on a shared machine)::
 
-    .venv/bin/python -m bayes_microbench.irt.build_models            # every artifact
-    .venv/bin/python -m bayes_microbench.irt.build_models gpqa-2pl   # one
+    .venv/bin/python -m bayes_microbench.irt.build_models              # every artifact
+    .venv/bin/python -m bayes_microbench.irt.build_models --only musr  # one (name or key)
     .venv/bin/python -m bayes_microbench.irt.build_models --calibrate  # calibration only
+
+Every shared matrix of :data:`bayes_microbench.shipped.BENCHMARKS` gets its
+default fit, ``KEY-2pl`` (what ``bayes-microbench fit`` does with no flags: the
+2PL by NUTS, draws extended until the checks pass or the budget is spent), its
+saved calibration, draws thinned (float32) so that the file stays under
+:data:`MAX_FILE_BYTES`, what that thinning changes in ``score`` and ``mdad``
+measured against the unthinned draws, and a model card. A fit that does not
+converge is written all the same, marked as such in its card, in its file (the
+loader warns) and in ``bayes-microbench models``. GPQA also ships two
+hand-tuned fits (``gpqa-2pl``, ``gpqa-2pl-md``).
 
 ``--calibrate`` computes, for the existing artifacts, the calibration ``score``
 applies by default (:mod:`bayes_microbench.irt.calibration`, on the responses in
 ``../shared/data`` the artifact was fitted on) and writes it into each file,
 without refitting (a full build computes it too).
 
-Each artifact is an items-only, thinned NetCDF posterior (item and subtask
-parameters, no abilities) loadable with
-:func:`bayes_microbench.irt.load_posterior`, plus a Markdown model card with the
-data, model, sampler settings, diagnostics, posterior predictive summary and
-timing. The data come from ``../shared/data`` (never copied into the repo).
+Each artifact is an items-only NetCDF posterior (item and subtask parameters, no
+abilities) loadable with :func:`bayes_microbench.irt.load_posterior`, plus a
+Markdown model card. The data come from ``../shared/data`` (never copied into
+the repository).
 """
 
 from __future__ import annotations
@@ -23,36 +32,73 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import platform
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..shipped import BENCHMARKS
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data"
 MODELS = ROOT / "models"
+#: The largest shipped file (the repository stays small).
+MAX_FILE_BYTES = 10_000_000
+#: Saved draws aimed at (``score``'s default ``max_draws``): thinning keeps at most these.
+TARGET_DRAWS = 1000
+#: Llms and items of the compaction check (score from a random subset of each llm's items).
+CHECK_LLMS = 40
+CHECK_ITEMS = 50
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ArtifactSpec:
+    """How one shipped posterior is fitted.
+
+    ``default_fit``: the default ``fit`` (``fit_extending_draws``: ``draws`` is the
+    first attempt's, extended up to the budget); otherwise one NUTS fit of
+    ``draws`` per chain with ``config``. ``thin=None`` thins to the file-size cap.
+    """
+
     name: str
     data: str  # relative to ../shared/data
     model: str
     chains: int = 2
     draws: int = 1000
     tune: int = 1000
-    thin: int = 5
+    thin: int | None = None
     seed: int = 0
     n_options: int | None = None
     config: tuple[tuple[str, Any], ...] = ()  # IRTConfig entries beyond the defaults
     description: str = ""
+    default_fit: bool = False
+    benchmark: str = ""
 
+
+def _default_spec(key: str) -> ArtifactSpec:
+    b = BENCHMARKS[key]
+    return ArtifactSpec(
+        name=b.default_model,
+        data=b.data,
+        model="2pl",
+        default_fit=True,
+        description=b.title,
+        benchmark=key,
+    )
+
+
+_GPQA = (
+    "GPQA (main, 448 items, 4-option multiple choice) from the Open LLM "
+    "Leaderboard v2: 420 llms, complete matrix, one subtask"
+)
 
 ARTIFACTS: dict[str, ArtifactSpec] = {
     "gpqa-2pl": ArtifactSpec(
@@ -67,10 +113,8 @@ ARTIFACTS: dict[str, ArtifactSpec] = {
         # benchmarks/README.md, "R-hat noise floor"); 2000 draws raise every ESS
         draws=2000,
         thin=10,
-        description=(
-            "GPQA (main, 448 items, 4-option multiple choice) from the Open LLM "
-            "Leaderboard v2: 420 llms, complete matrix, one subtask"
-        ),
+        description=_GPQA,
+        benchmark="gpqa",
     ),
     "gpqa-2pl-md": ArtifactSpec(
         name="gpqa-2pl-md",
@@ -84,12 +128,35 @@ ARTIFACTS: dict[str, ArtifactSpec] = {
         tune=2000,
         thin=20,
         config=(("n_dims", 2),),
-        description=(
-            "GPQA (main, 448 items, 4-option multiple choice) from the Open LLM "
-            "Leaderboard v2: 420 llms, complete matrix, one subtask"
-        ),
+        description=_GPQA,
+        benchmark="gpqa",
     ),
+    # the default fit of every other shared matrix, cheapest first
+    **{
+        BENCHMARKS[k].default_model: _default_spec(k)
+        for k in (
+            "arc",
+            "truthfulqa",
+            "winogrande",
+            "musr",
+            "ifeval",
+            "math-hard",
+            "mmlu",
+            "gsm8k",
+            "bbh",
+            "mmlu-pro",
+        )
+    },
 }
+
+
+def spec_for(name: str) -> ArtifactSpec:
+    """The spec of an artifact name (``musr-2pl``) or a benchmark key (``musr``)."""
+    if name in ARTIFACTS:
+        return ARTIFACTS[name]
+    if name in BENCHMARKS and BENCHMARKS[name].default_model in ARTIFACTS:
+        return ARTIFACTS[BENCHMARKS[name].default_model]
+    raise KeyError(name)
 
 
 def _cpu_seconds() -> float:
@@ -98,55 +165,193 @@ def _cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def build(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
-    """Fit ``spec``, write ``<name>.nc`` and ``<name>.md`` into ``out_dir``; return the card data."""
+def thin_for(posterior: Any, total_draws: int) -> int:
+    """The smallest thinning that keeps at most :data:`TARGET_DRAWS` draws under the size cap.
+
+    The size is the items-only float32 payload (item and subtask parameters)
+    per saved draw; compression gains little on draws, so the raw size is the bound.
+    """
+    per_draw = 0
+    for v in posterior.data_vars.values():
+        if "llm" in v.dims:
+            continue
+        cells = math.prod(n for d, n in v.sizes.items() if d not in ("chain", "draw"))
+        per_draw += 4 * cells
+    keep = min(TARGET_DRAWS, int(0.95 * MAX_FILE_BYTES) // max(per_draw, 1))
+    return max(1, math.ceil(total_draws / max(keep, 1)))
+
+
+def compaction_check(full: Path, thinned: Path, resp: Any, *, seed: int = 0) -> dict[str, Any]:
+    """What thinning changes in ``score`` and ``mdad``: the thinned file against all draws.
+
+    ``score``: :data:`CHECK_LLMS` of the fitted llms, each observed on a random
+    :data:`CHECK_ITEMS` of its items (as a new llm evaluated on a micro-benchmark),
+    scored with each file's calibration; the largest change of the mean and of the
+    90% bounds, in accuracy points. ``mdad``: random designs of 10 / 25 / 50 / 100
+    items (those below the benchmark's size), each file's saved population; the
+    largest change of the MDAD and of its band, in points.
+    """
+    import numpy as np
+
+    from ..design import design_curves, saved_population
+    from ..responses import Responses
+    from ..scoring import read_posterior_file, score
+
+    rng = np.random.default_rng(seed)
+    picks = np.sort(rng.choice(resp.n_llms, size=min(CHECK_LLMS, resp.n_llms), replace=False))
+    sub = resp.isel(llm=picks)
+    vals = np.array(sub.values, dtype=float)
+    n_obs = min(CHECK_ITEMS, resp.n_items // 2)
+    for row in vals:
+        seen = np.flatnonzero(~np.isnan(row))
+        hide = np.setdiff1d(seen, rng.choice(seen, size=min(n_obs, seen.size), replace=False))
+        row[hide] = np.nan
+    target = Responses.from_arrays(
+        vals,
+        sub.llms,
+        sub.items,
+        subtask=sub.item_subtask,
+        benchmark=sub.benchmark,
+        on_empty="subset",
+    )
+    sizes = [n for n in (10, 25, 50, 100) if n < resp.n_items]
+    out: dict[str, Any] = {"llms": int(picks.size), "observed_items": n_obs, "sizes": sizes}
+    res = {}
+    for label, path in (("full", full), ("thinned", thinned)):
+        post, cal = read_posterior_file(str(path))
+        draws = int(post.sizes["chain"] * post.sizes["draw"])
+        t0 = time.perf_counter()
+        s = score(post, target, misfit=cal, max_draws=draws, random_seed=seed)
+        t_score = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            c = design_curves(
+                post,
+                sizes=sizes,
+                max_draws=draws,
+                random_seed=seed,
+                population=saved_population(cal, str(path)),
+            )
+        t_mdad = time.perf_counter() - t0
+        res[label] = (s, c)
+        out[f"{label}_draws"] = draws
+        out[f"{label}_score_seconds"] = round(t_score, 2)
+        out[f"{label}_mdad_seconds"] = round(t_mdad, 2)
+    (s0, c0), (s1, c1) = res["full"], res["thinned"]
+    out["score_mean_max_abs_diff_points"] = round(
+        100 * float(np.abs(s0["accuracy_mean"] - s1["accuracy_mean"]).max()), 3
+    )
+    out["score_bound_max_abs_diff_points"] = round(
+        100 * float(np.abs(s0["accuracy_interval"] - s1["accuracy_interval"]).max()), 3
+    )
+    out["score_width_full_points"] = round(
+        100 * float(s0["accuracy_interval"].diff("ci_bound").mean()), 3
+    )
+    m0, m1 = c0["mdad"].to_numpy(), c1["mdad"].to_numpy()
+    b0, b1 = c0["mdad_interval"].to_numpy(), c1["mdad_interval"].to_numpy()
+    out["mdad_full"] = [round(float(x), 2) for x in m0]
+    out["mdad_thinned"] = [round(float(x), 2) for x in m1]
+    out["mdad_band_full"] = [[round(float(a), 2), round(float(b), 2)] for a, b in b0.reshape(-1, 2)]
+    out["mdad_band_thinned"] = [
+        [round(float(a), 2), round(float(b), 2)] for a, b in b1.reshape(-1, 2)
+    ]
+    out["mdad_max_abs_diff_points"] = round(float(np.nanmax(np.abs(m0 - m1))), 3)
+    out["mdad_band_max_abs_diff_points"] = round(float(np.nanmax(np.abs(b0 - b1))), 3)
+    return out
+
+
+def build(spec: ArtifactSpec, *, out_dir: Path = MODELS, loo: bool = False) -> dict[str, Any]:
+    """Fit ``spec``, write ``<name>.nc`` and ``<name>.md`` into ``out_dir``; return the card data.
+
+    An unconverged fit is written and marked (card, file, ``models``), never
+    passed off as converged. ``loo``: also fit the default 1PL and compare the
+    two by PSIS-LOO (the card's model choice).
+    """
     from .. import __version__
     from ..exceptions import ConvergenceWarning, ResponsesError
     from ..io import load_responses, write_atomic
     from .checks import posterior_predictive_check
-    from .model import IRTModel
+    from .model import IRTModel, fit_extending_draws
 
     path = DATA / spec.data
     if not path.exists():
         raise ResponsesError(f"{path}: not present; the artifacts are built from ../shared/data")
+    t_build = time.perf_counter()
     resp = load_responses(path)
     config = dict(spec.config) | ({"n_options": spec.n_options} if spec.n_options else {})
     cpu0 = _cpu_seconds()
     with warnings.catch_warnings():
         warnings.simplefilter("always", ConvergenceWarning)
-        fit = IRTModel(resp, spec.model, config=config).fit(
-            "nuts", chains=spec.chains, draws=spec.draws, tune=spec.tune, random_seed=spec.seed
-        )
+        if spec.default_fit:
+            fit = fit_extending_draws(
+                resp,
+                spec.model,
+                config or None,
+                draws=spec.draws,
+                chains=spec.chains,
+                tune=spec.tune,
+                random_seed=spec.seed,
+                progressbar=False,
+            )
+        else:
+            fit = IRTModel(resp, spec.model, config=config).fit(
+                "nuts", chains=spec.chains, draws=spec.draws, tune=spec.tune, random_seed=spec.seed
+            )
     cpu = _cpu_seconds() - cpu0
+    fit_wall = float(fit.fit_info.get("wall_seconds_all", fit.wall_seconds) or 0.0)
+    load_avg = round(os.getloadavg()[0], 1)
     ppc = posterior_predictive_check(fit, max_draws=400, random_seed=spec.seed)
+    loo_table = _loo_vs_1pl(fit, resp, spec) if loo else None
     out_dir.mkdir(parents=True, exist_ok=True)
     nc = out_dir / f"{spec.name}.nc"
     t_cal = time.perf_counter()
     fit.calibrate(random_seed=spec.seed)  # the calibration score applies by default
     calibration_seconds = time.perf_counter() - t_cal
-    fit.save(nc, items_only=True, thin=spec.thin)
+    post = fit.posterior
+    total = int(post.sizes["draw"])
+    thin = spec.thin if spec.thin is not None else thin_for(post, total * int(post.sizes["chain"]))
+    compaction = None
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        staged = Path(tmp) / nc.name
+        fit.save(staged, items_only=True, thin=thin)
+        if thin > 1:
+            full = Path(tmp) / "full.nc"
+            fit.save(full, items_only=True, thin=1)
+            compaction = compaction_check(full, staged, resp, seed=spec.seed)
+        size = staged.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ResponsesError(
+                f"{spec.name}: {size / 1e6:.1f} MB after thinning by {thin}, over the "
+                f"{MAX_FILE_BYTES / 1e6:.0f} MB cap; raise its thinning"
+            )
+        os.replace(staged, nc)
     diag = fit.diagnostics
     assert diag is not None
-    post = fit.posterior
     card = {
         "name": spec.name,
+        "benchmark": spec.benchmark,
         "data": f"../shared/data/{spec.data}",
         "description": spec.description,
         "n_llms": fit.data.n_llms,
         "n_items": fit.data.n_items,
         "subtasks": [str(s) for s in fit.data.subtasks],
         "model": spec.model,
+        "default_fit": spec.default_fit,
         "config": fit.config.to_dict(),
         "config_hash": fit.config.hash(),
         "sampler": fit.sampler.to_dict() if fit.sampler else {},
+        "attempts": fit.fit_info.get("attempts", []),
         "diagnostics": diag.to_dict(),
         "ppc": ppc.summary,
-        "wall_seconds": round(float(fit.wall_seconds or 0.0), 1),
+        "loo": loo_table,
+        "wall_seconds": round(fit_wall, 1),
         "cpu_seconds": round(cpu, 1),
-        "load_average_1min": round(os.getloadavg()[0], 1),
+        "load_average_1min": load_avg,
         "file_bytes": nc.stat().st_size,
-        "thin": spec.thin,
-        "saved_draws": int(post.sizes["chain"] * -(-post.sizes["draw"] // spec.thin)),
+        "thin": thin,
+        "saved_draws": int(post.sizes["chain"] * -(-post.sizes["draw"] // thin)),
+        "compaction": compaction,
         "package_version": __version__,
         "python": platform.python_version(),
         "notes": fit.data.notes,
@@ -158,11 +363,40 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
         "discrimination_median": float(post["discrimination"].median()),
         "ability_sd_posterior_mean": float(post["ability"].mean(("chain", "draw")).std()),
         "calibration_seconds": round(calibration_seconds, 1),
+        "calibration_sizes": [int(n) for n in fit.calibration.n_observed],
+        "build_seconds": round(time.perf_counter() - t_build, 1),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seed": spec.seed,
     }
     text = _card_markdown(card)
+    facts = json.dumps(card, indent=1, default=float) + "\n"
+    # the card's figures as data, so that a card can be rewritten without refitting
+    write_atomic(out_dir / f"{spec.name}.json", lambda tmp: tmp.write_text(facts))
     write_atomic(out_dir / f"{spec.name}.md", lambda tmp: tmp.write_text(text))
     return card
+
+
+def _loo_vs_1pl(fit: Any, resp: Any, spec: ArtifactSpec) -> list[dict[str, Any]]:
+    """PSIS-LOO of the fit beside the default 1PL's on the same responses, best first."""
+    from ..exceptions import ConvergenceWarning
+    from .checks import loo, loo_rows
+    from .model import fit_extending_draws
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ConvergenceWarning)
+        one = fit_extending_draws(
+            resp,
+            "1pl",
+            None,
+            chains=spec.chains,
+            tune=spec.tune,
+            random_seed=spec.seed,
+            progressbar=False,
+        )
+    rows = loo_rows({spec.model: loo(fit), "1pl": loo(one)})
+    for r in rows:
+        r["converged"] = bool((fit if r["model"] == spec.model else one).converged)
+    return rows
 
 
 def _card_markdown(c: dict[str, Any]) -> str:
@@ -194,6 +428,26 @@ def _card_markdown(c: dict[str, Any]) -> str:
         )
         population = "ability ~ Normal(0, 1)"
         per_dim = ""
+    attempts = _attempts_text(c.get("attempts") or [])
+    cal_sizes = "/".join(str(n) for n in c.get("calibration_sizes") or (25, 50, 100, 200))
+    build_line = (
+        f"the whole build (fit, checks, calibration, compaction check) took "
+        f"{c['build_seconds']} s, finished {c['date']}; "
+        if c.get("build_seconds") is not None
+        else ""
+    )
+    compaction = _compaction_text(c.get("compaction"), c["thin"])
+    loo = _loo_text(c.get("loo"))
+    if not d["ok"]:
+        status_note = (
+            "\n**This fit did not converge.** It is shipped marked as such: `load_posterior` "
+            "and every command that reads it warn, and `bayes-microbench models` lists it "
+            "as unconverged. Its intervals and designs rest on chains that did not "
+            "agree; treat them as approximate, or refit with the remedy that `fit` "
+            "names.\n"
+        )
+    else:
+        status_note = ""
     item_vars = ", ".join(f"`{k}`" for k in c["item_parameters"])
     subtask_vars = ", ".join(f"`{k}`" for k in c["subtask_parameters"])
     return f"""# Model card: `{c["name"]}`
@@ -214,22 +468,23 @@ parameters rest on the priors, finite but wide):
 
 The file holds **item and subtask parameters only** ({item_vars} per item;
 {subtask_vars} per subtask{per_dim}), {c["saved_draws"]} draws
-(every {c["thin"]}th of {s.get("chains")} x {s.get("draws")}), float32,
+(1 draw in {c["thin"]} of {s.get("chains")} x {s.get("draws")}), float32,
 {c["file_bytes"] / 1e6:.2f} MB. New llms are scored against these draws with
 {population} as the prior.
 
 ## Sampler
 NUTS via {s.get("backend")} (JAX-compiled log density, fused likelihood, one
-worker process per chain), the `{c["parameterization"]}` parameterization and nutpie's
-`draw_diag` mass matrix (see `bayes_microbench/irt/pymc_model.py`),
+worker process per chain), the `{c["parameterization"]}` parameterization and the
+`auto` mass-matrix adaptation (nutpie's `draw_diag` for `decoupled`, `diag`
+otherwise; see `bayes_microbench/irt/model.py`),
 {s.get("chains")} chains x ({s.get("tune")} tune + {s.get("draws")} draws), target accept
 {s.get("target_accept")}, float32 likelihood, seed {s.get("random_seed")}.
-
+{attempts}
 ## Diagnostics ({status})
 | max R-hat | min bulk ESS | min tail ESS | divergences | min BFMI | mean leapfrog steps |
 |---|---|---|---|---|---|
 | {d["max_rhat"]:.4f} ({d["worst_rhat"]}) | {d["min_ess_bulk"]:.0f} ({d["worst_ess_bulk"]}) | {d["min_ess_tail"]:.0f} | {d["divergences"]} | {d["min_bfmi"]:.2f} | {d["mean_tree_size"]:.1f} |
-
+{status_note}
 ## Posterior predictive checks ({p["draws_used"]} draws)
 - per-llm accuracy: {p["llm_accuracy_ppp_outside_5_95"]} of {p["n_llms"]} llms with a p-value outside [0.05, 0.95]; mean |observed - predicted| = {p["llm_accuracy_mean_abs_error"]:.4f}
 - per-item proportion correct: {p["item_p_correct_ppp_outside_5_95"]} of {p["n_items"]} items outside [0.05, 0.95]; mean |observed - predicted| = {p["item_p_correct_mean_abs_error"]:.4f}
@@ -239,16 +494,92 @@ worker process per chain), the `{c["parameterization"]}` parameterization and nu
 The file carries a `calibration` group: the split-conformal recalibration of the
 IRT predictive of unobserved items (`scoring.estimate_misfit`, item-split
 cross-validation on the {c["n_llms"]} llms it was fitted on, in-sample for the items,
-random subsets of 25/50/100/200 items, 2 splits, 200 draws, seed {c.get("seed", 0)}), with a
+random subsets of {cal_sizes} items, 2 splits, 200 draws, seed {c.get("seed", 0)}), with a
 `calibration_hash` checked on load. `score` applies it by default (`--raw-model`
 for the raw interval); it took {c.get("calibration_seconds", "?")} s here. Why in-sample:
 `docs/decisions/0002-calibration-saved-with-the-posterior.md`.
 
 ## Timing
-Sampling wall time {c["wall_seconds"]} s (CPU {c["cpu_seconds"]} s, the fitting process and
+Sampling wall time {c["wall_seconds"]} s{" over every attempt" if c.get("attempts") else ""} (CPU {c["cpu_seconds"]} s, the fitting process and
 its chain workers) on a shared 2-core
 machine with 1-minute load average {c["load_average_1min"]} at the end of the fit;
-bayes_microbench {c["package_version"]}, Python {c["python"]}.
+{build_line}bayes_microbench {c["package_version"]}, Python {c["python"]}.
+{compaction}{loo}"""
+
+
+def _attempts_text(attempts: list[dict[str, Any]]) -> str:
+    """The draws-extension attempts of a default fit, one line each (empty for one fit)."""
+    if not attempts:
+        return ""
+    lines = [
+        "",
+        "The default fit's attempts (`irt.model.fit_extending_draws`: refitted with more "
+        "draws per chain while only R-hat or ESS missed, up to the budget):",
+        "",
+        "| draws per chain | max R-hat | min bulk ESS | min tail ESS | divergences | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for a in attempts:
+        lines.append(
+            f"| {a['draws']} | {a['max_rhat']:.4f} | {a['min_ess_bulk']:.0f} | "
+            f"{a['min_ess_tail']:.0f} | {a['divergences']} | {a['wall_seconds']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _compaction_text(comp: dict[str, Any] | None, thin: int) -> str:
+    """What thinning changed in ``score`` and ``mdad``, as the card's section."""
+    if not comp:
+        return ""
+    sizes = ", ".join(str(n) for n in comp["sizes"])
+    rows = "\n".join(
+        f"| {n} | {a:.1f} [{fb[0]:.1f}, {fb[1]:.1f}] | {b:.1f} [{tb[0]:.1f}, {tb[1]:.1f}] |"
+        for n, a, b, fb, tb in zip(
+            comp["sizes"],
+            comp["mdad_full"],
+            comp["mdad_thinned"],
+            comp["mdad_band_full"],
+            comp["mdad_band_thinned"],
+            strict=True,
+        )
+    )
+    return f"""
+## What thinning changes
+The file keeps 1 draw in {thin} ({comp["thinned_draws"]} of {comp["full_draws"]}). Measured
+at build time against all {comp["full_draws"]} draws (both items-only float32, each
+with the same calibration, seed 0):
+
+- `score`: {comp["llms"]} of the fitted llms, each observed on a random {comp["observed_items"]} of
+  its items, scored with all draws of each file: the posterior mean moved by at most
+  {comp["score_mean_max_abs_diff_points"]} accuracy points and the 90% bounds by at most
+  {comp["score_bound_max_abs_diff_points"]} (mean interval width with all draws
+  {comp["score_width_full_points"]} points).
+- `mdad` (random designs of {sizes} items, the saved population): MDAD moved by at most
+  {comp["mdad_max_abs_diff_points"]} points and its 90% band's ends by at most
+  {comp["mdad_band_max_abs_diff_points"]}:
+
+| n | MDAD, all draws [90% band] | MDAD, shipped draws [90% band] |
+|---|---|---|
+{rows}
+"""
+
+
+def _loo_text(rows: list[dict[str, Any]] | None) -> str:
+    """The PSIS-LOO comparison with the 1PL, as the card's section."""
+    if not rows:
+        return ""
+    body = "\n".join(
+        f"| {r['model']} | {r['elpd_loo']:.1f} | {r['se']:.1f} | {r['elpd_diff']:.1f} | "
+        f"{r['dse']:.1f} | {r['cells_pareto_k_over_0.7']} | {'yes' if r['converged'] else 'no'} |"
+        for r in rows
+    )
+    return f"""
+## Model choice: PSIS-LOO against the 1PL
+Both default fits on the same responses (`irt.checks.loo_rows`, 400 draws), best first:
+
+| model | elpd_loo | SE | elpd_diff | dse | cells k > 0.7 | converged |
+|---|---|---|---|---|---|---|
+{body}
 """
 
 
@@ -273,28 +604,99 @@ def calibrate_artifact(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[st
     }
 
 
+INDEX_BEGIN = "<!-- BEGIN models table (written by build_models) -->"
+INDEX_END = "<!-- END models table -->"
+
+
+def write_index(out_dir: Path = MODELS) -> str:
+    """Rewrite the table of ``models/README.md`` from the files present; return the table.
+
+    One row per ``.nc``: name, the key that resolves to it, llms x items, model,
+    saved draws, calibrated, converged, size, build time (from its card's facts).
+    """
+    from ..io import write_atomic
+    from ..shipped import model_info, shipped_files
+
+    rows = [
+        "| name | `--posterior` alias | benchmark | llms x items | model | draws | calibrated "
+        "| converged | MB | build s | card |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, path in shipped_files(out_dir).items():
+        info = model_info(path)
+        facts_path = path.with_suffix(".json")
+        facts = json.loads(facts_path.read_text()) if facts_path.is_file() else {}
+        title = BENCHMARKS[info["benchmark"]].title if info["benchmark"] in BENCHMARKS else ""
+        conv = {True: "yes", False: "**no**", None: "unknown"}[info["converged"]]
+        rows.append(
+            f"| `{name}` | {', '.join(f'`{a}`' for a in info['aliases']) or '-'} | "
+            f"{title or info['benchmark']} | {info['n_llms']} x {info['n_items']} | "
+            f"{info['model']} | {info['draws']} | {'yes' if info['calibrated'] else 'no'} | "
+            f"{conv} | {info['file_bytes'] / 1e6:.1f} | {facts.get('build_seconds', '-')} | "
+            f"[{name}.md]({name}.md) |"
+        )
+    table = "\n".join(rows)
+    readme = out_dir / "README.md"
+    text = readme.read_text() if readme.is_file() else ""
+    if INDEX_BEGIN in text and INDEX_END in text:
+        head, rest = text.split(INDEX_BEGIN, 1)
+        tail = rest.split(INDEX_END, 1)[1]
+        new = f"{head}{INDEX_BEGIN}\n{table}\n{INDEX_END}{tail}"
+        write_atomic(readme, lambda tmp: tmp.write_text(new))
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "names", nargs="*", help=f"artifacts to build (default all: {list(ARTIFACTS)})"
     )
     parser.add_argument(
+        "--only",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="build only this artifact (a file name such as musr-2pl, or a benchmark key "
+        "such as musr; repeatable)",
+    )
+    parser.add_argument(
         "--calibrate",
         action="store_true",
         help="only compute the calibration of the existing artifacts and write it in",
     )
+    parser.add_argument(
+        "--loo",
+        action="store_true",
+        help="also fit the default 1PL and compare the two by PSIS-LOO in the card",
+    )
+    parser.add_argument(
+        "--index",
+        action="store_true",
+        help="only rewrite the table of models/README.md from the files present",
+    )
     args = parser.parse_args(argv)
+    if args.index:
+        print(write_index())
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    names = args.names or list(ARTIFACTS)
-    unknown = [n for n in names if n not in ARTIFACTS]
-    if unknown:
-        parser.error(f"unknown artifact(s) {unknown}; known: {list(ARTIFACTS)}")
-    for name in names:
+    wanted = [*args.names, *args.only] or list(ARTIFACTS)
+    specs = []
+    for name in wanted:
+        try:
+            specs.append(spec_for(name))
+        except KeyError:
+            parser.error(
+                f"unknown artifact {name!r}; known: {', '.join(ARTIFACTS)} "
+                f"(or a benchmark key: {', '.join(BENCHMARKS)})"
+            )
+    for spec in specs:
         if args.calibrate:
-            print(json.dumps(calibrate_artifact(ARTIFACTS[name])))
+            print(json.dumps(calibrate_artifact(spec)))
             continue
-        card = build(ARTIFACTS[name])
-        print(json.dumps({k: card[k] for k in ("name", "wall_seconds", "file_bytes")}))
+        card = build(spec, loo=args.loo)
+        keys = ("name", "wall_seconds", "build_seconds", "file_bytes", "thin")
+        print(json.dumps({k: card[k] for k in keys} | {"converged": card["diagnostics"]["ok"]}))
+    write_index()
     return 0
 
 
