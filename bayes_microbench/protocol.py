@@ -305,6 +305,70 @@ def _nanmean(x: np.ndarray) -> float:
     return float(np.nanmean(x)) if np.isfinite(x).any() else math.nan
 
 
+@dataclass(frozen=True)
+class GridData:
+    """What every task of a grid reads: the response matrix's arrays and the runs.
+
+    Picklable and sent once per worker (:mod:`bayes_microbench._parallel`); the
+    tasks (:class:`BlockTask`, :class:`AnalyticTask`) are small descriptions.
+    """
+
+    values: np.ndarray
+    subtask_codes: np.ndarray
+    confidence: np.ndarray | None
+    llms: np.ndarray
+    designs: tuple[RunDesign, ...]
+
+    @classmethod
+    def from_responses(cls, responses: Responses, designs: Sequence[RunDesign]) -> GridData:
+        return cls(
+            values=responses.values,
+            subtask_codes=responses.subtask_codes,
+            confidence=responses.confidence,
+            llms=responses.llms,
+            designs=tuple(designs),
+        )
+
+
+@dataclass(frozen=True)
+class BlockTask:
+    """All ``sizes`` of one (selector, source count) over every run."""
+
+    selector: str
+    n_sources: int
+    sizes: tuple[int, ...]
+    seed: int
+    threshold: float
+
+
+@dataclass(frozen=True)
+class AnalyticTask:
+    """The ``random-analytic`` rows of one size."""
+
+    n_items: int
+    seed: int
+    threshold: float
+
+
+def run_task(data: GridData, task: BlockTask | AnalyticTask) -> Any:
+    """One grid task: ``(cells, seconds)`` for a block, ``[seen row, unseen row]`` for a size.
+
+    Why: the unit of work the grid sends to a worker (a pure function of its arguments).
+    """
+    if isinstance(task, BlockTask):
+        t0 = time.perf_counter()
+        cells = _block_cells(
+            data,
+            task.selector,
+            task.n_sources,
+            task.sizes,
+            random_seed=task.seed,
+            threshold=task.threshold,
+        )
+        return cells, time.perf_counter() - t0
+    return _analytic_size(data, task.n_items, random_seed=task.seed, threshold=task.threshold)
+
+
 def run_selector_block(
     responses: Responses,
     designs: Sequence[RunDesign],
@@ -342,12 +406,35 @@ def run_selector_block(
     list of CellResult
         One per size, in the order of ``sizes``.
     """
+    data = GridData.from_responses(responses, designs)
+    return _block_cells(
+        data,
+        selector_name,
+        n_sources,
+        sizes,
+        random_seed=random_seed,
+        threshold=threshold,
+        on_run=on_run,
+    )
+
+
+def _block_cells(
+    data: GridData,
+    selector_name: str,
+    n_sources: int,
+    sizes: Sequence[int],
+    *,
+    random_seed: int,
+    threshold: float,
+    on_run: Callable[[], None] | None = None,
+) -> list[CellResult]:
     from .selectors import get_selector
 
     selector = get_selector(selector_name)
-    values = responses.values
-    codes = responses.subtask_codes
-    conf = responses.confidence
+    values = data.values
+    codes = data.subtask_codes
+    conf = data.confidence
+    designs = data.designs
     key = _name_key(selector_name)
     n_runs = len(designs)
     n_t = len(designs[0].targets)
@@ -391,7 +478,7 @@ def run_selector_block(
                 seen_acc,
                 unseen_acc,
                 targets,
-                responses.llms,
+                data.llms,
                 threshold=threshold,
                 boot_seed=_rng(random_seed, _TAG_BOOT, key, int(n_sources), int(n)),
                 extra={"n_source_llms_used": used, "notes": "; ".join(sorted(notes))},
@@ -418,41 +505,52 @@ def analytic_rows(
     writes them once per source count so that every cell has its row.
     Returns ``{n: [seen row, unseen row]}`` without ``n_source_llms``.
     """
-    from .analytic import pair_counts, prob_first_ahead
+    data = GridData.from_responses(responses, designs)
+    return {
+        int(n): _analytic_size(data, int(n), random_seed=random_seed, threshold=threshold)
+        for n in sizes
+    }
 
-    values = responses.values
+
+def _analytic_pairs(data: GridData) -> tuple[np.ndarray, ...]:
+    """Every run's pairs: discordance counts and the seen / unseen accuracy differences."""
+    from .analytic import pair_counts
+
     only_a, only_b, seen_d, unseen_d = [], [], [], []
-    n_seen = len(designs[0].seen)
-    for design in designs:
-        truth = _truth(values, design)
+    for design in data.designs:
+        truth = _truth(data.values, design)
         _, _, oa, ob = pair_counts(truth.target_seen)
         only_a.append(oa)
         only_b.append(ob)
         i, j = np.triu_indices(len(design.targets), 1)
         seen_d.append(truth.seen_acc[i] - truth.seen_acc[j])
         unseen_d.append(truth.unseen_acc[i] - truth.unseen_acc[j])
-    oa_all, ob_all = np.concatenate(only_a), np.concatenate(only_b)
-    seen_all, unseen_all = np.concatenate(seen_d), np.concatenate(unseen_d)
-    out: dict[int, list[dict[str, Any]]] = {}
-    for n in sizes:
-        rng = _rng(random_seed, _TAG_BOOT, _name_key(ANALYTIC_NAME), int(n))
-        rows = []
-        ahead = prob_first_ahead(oa_all, ob_all, n_seen, int(n))
-        behind = prob_first_ahead(ob_all, oa_all, n_seen, int(n))
-        for split, diff in (("seen", seen_all), ("unseen", unseen_all)):
-            p = np.where(np.copysign(1.0, diff) > 0, ahead, behind)
-            res = mdad_from_pairs(diff, p, threshold=threshold, random_seed=rng)
-            rows.append(
-                {
-                    "selector": ANALYTIC_NAME,
-                    "n_items": int(n),
-                    "split": split,
-                    **res.as_row(),
-                    "agreement": float(p.mean()),
-                }
-            )
-        out[int(n)] = rows
-    return out
+    return tuple(np.concatenate(x) for x in (only_a, only_b, seen_d, unseen_d))
+
+
+def _analytic_size(
+    data: GridData, n: int, *, random_seed: int, threshold: float
+) -> list[dict[str, Any]]:
+    from .analytic import prob_ahead_behind
+
+    oa_all, ob_all, seen_all, unseen_all = _analytic_pairs(data)
+    n_seen = len(data.designs[0].seen)
+    rng = _rng(random_seed, _TAG_BOOT, _name_key(ANALYTIC_NAME), int(n))
+    rows = []
+    ahead, behind = prob_ahead_behind(oa_all, ob_all, n_seen, int(n))
+    for split, diff in (("seen", seen_all), ("unseen", unseen_all)):
+        p = np.where(np.copysign(1.0, diff) > 0, ahead, behind)
+        res = mdad_from_pairs(diff, p, threshold=threshold, random_seed=rng)
+        rows.append(
+            {
+                "selector": ANALYTIC_NAME,
+                "n_items": int(n),
+                "split": split,
+                **res.as_row(),
+                "agreement": float(p.mean()),
+            }
+        )
+    return rows
 
 
 # --------------------------------------------------------------------------- grid
@@ -791,15 +889,26 @@ def evaluate_grid(
     output: str | os.PathLike[str],
     *,
     progress: bool = False,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    connect_timeout: float | None = None,
 ) -> GridReport:
     """Run (or resume) an evaluation grid and write its outputs to ``output``.
 
     Per finished cell: ``pairs/<cell>.parquet`` (the per-pair table) and
     ``cells/<cell>.json`` (metrics, MDAD, the settings it was computed with
-    and the pairs file's SHA-256), each atomically, the JSON last. At the end,
-    all or nothing (:mod:`bayes_microbench._outputs`): ``config.json``,
-    ``mdad.csv`` and ``metrics.parquet`` for the whole grid, removing a
-    ``report`` drawn from earlier results.
+    and the pairs file's SHA-256), each atomically, the JSON last, by this
+    process whatever computed it. At the end, all or nothing
+    (:mod:`bayes_microbench._outputs`): ``config.json``, ``mdad.csv`` and
+    ``metrics.parquet`` for the whole grid, removing a ``report`` drawn from
+    earlier results. The folder is locked meanwhile (``.evaluate.lock``): a
+    second run into it is refused.
+
+    The tasks (one per selector and source count, all its sizes; one per size
+    of the exact random rows) run on ``workers`` local processes or on a Dask
+    cluster; every number is the same as in a serial run (each task's streams
+    are derived from the seed and what it computes, never from where or when
+    it runs).
 
     A rerun reuses a cell only when its recorded settings equal this run's
     (:func:`cell_settings`); a cell of other settings, of an older version
@@ -817,15 +926,28 @@ def evaluate_grid(
         The output folder (made if absent).
     progress
         Show a progress bar over runs (only where stderr is a terminal).
+    workers
+        Local worker processes; None: one per CPU core of this process; 1: serial.
+    scheduler
+        Address of a ``dask.distributed`` scheduler to compute on instead (needs
+        the ``distributed`` package); ``workers`` is then ignored.
+    connect_timeout
+        Seconds to wait for that scheduler (default
+        :data:`bayes_microbench._parallel.CONNECT_TIMEOUT_S`).
 
     Returns
     -------
     GridReport
     """
+    from ._parallel import CONNECT_TIMEOUT_S, default_workers, folder_lock
+
     started = time.perf_counter()
     out = Path(output)
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--output {out}: exists and is not a folder; choose a folder")
+    n_workers = default_workers() if workers is None else int(workers)
+    if n_workers < 1:
+        raise ConfigurationError(f"workers must be at least 1, got {n_workers}")
     fixed = None
     if config.target_group is not None:
         fixed = load_target_group(config.target_group, responses)
@@ -833,9 +955,44 @@ def evaluate_grid(
     n_seen = int((np.bincount(codes) // 2).sum())
     validate_grid(config, responses, n_seen, None if fixed is None else len(fixed))
     design = config.design(responses, fixed)
+    with folder_lock(out):
+        report = _run_grid(
+            responses,
+            config,
+            out,
+            design,
+            fixed,
+            n_seen,
+            progress=progress,
+            workers=n_workers,
+            scheduler=scheduler,
+            connect_timeout=CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout,
+        )
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _run_grid(
+    responses: Responses,
+    config: GridConfig,
+    out: Path,
+    design: dict[str, Any],
+    fixed: np.ndarray | None,
+    n_seen: int,
+    *,
+    progress: bool,
+    workers: int,
+    scheduler: str | None,
+    connect_timeout: float,
+) -> GridReport:
+    from ._parallel import run_tasks
+
     _check_previous_config(out, design)
+    # temporary files of a run that was killed while writing (this run holds the lock)
+    for stale in [*out.glob("cells/.*.tmp"), *out.glob("pairs/.*.tmp")]:
+        stale.unlink(missing_ok=True)
     report = GridReport(out)
-    todo: list[tuple[str, int, list[int]]] = []
+    blocks: list[BlockTask] = []
     for sel in config.selectors:
         for src in config.source_llms:
             pending = []
@@ -846,7 +1003,9 @@ def evaluate_grid(
                 else:
                     pending.append(int(n))
             if pending:
-                todo.append((sel, int(src), pending))
+                blocks.append(
+                    BlockTask(sel, int(src), tuple(pending), config.seed, config.threshold)
+                )
     analytic_pending: list[int] = []
     if config.analytic and "random" in config.selectors:
         for n in config.sizes:
@@ -861,50 +1020,58 @@ def evaluate_grid(
             ]
             if not all(ok):
                 analytic_pending.append(int(n))
-    designs = design_runs(
-        responses.n_llms,
-        codes,
-        n_runs=config.runs,
-        n_targets=config.target_llms,
-        random_seed=config.seed,
-        fixed_targets=fixed,
-    )
-    cells_dir, pairs_dir = out / "cells", out / "pairs"
-    bar = _progress(progress, total=len(todo) * config.runs)
-    try:
-        for sel, src, sizes in todo:
-            t0 = time.perf_counter()
-            cells = run_selector_block(
-                responses,
-                designs,
-                sel,
-                src,
-                sizes,
-                random_seed=config.seed,
-                threshold=config.threshold,
-                on_run=bar.update if bar is not None else None,
+        if np.isnan(responses.values).any():
+            report.skipped_analytic = (
+                "the responses have missing cells (the exact formula needs complete data)"
             )
-            per_cell = (time.perf_counter() - t0) / len(cells)
-            for cell in cells:
-                cell.metrics["seconds"] = per_cell
-                settings = cell_settings(design, cell.selector, cell.n_items, cell.n_source_llms)
-                _save_cell(cells_dir, pairs_dir, cell, settings)
-                report.computed.append(cell_stem(cell.selector, cell.n_items, cell.n_source_llms))
-                logger.info(
-                    "%s n=%d sources=%d: agreement %.3f, MDAD %s",
-                    cell.selector,
-                    cell.n_items,
-                    cell.n_source_llms,
-                    cell.metrics["agreement_seen"],
-                    cell.mdad[0]["mdad"],
-                )
-    finally:
-        if bar is not None:
-            bar.close()
-    if config.analytic and "random" in config.selectors:
-        report.skipped_analytic = _analytic_cells(
-            responses, designs, config, design, analytic_pending, cells_dir, report
+            logger.info("random-analytic skipped: %s", report.skipped_analytic)
+            analytic_pending = []
+    # larger source counts first: the heavy blocks start early, the light ones fill the gaps
+    tasks: list[BlockTask | AnalyticTask] = [
+        AnalyticTask(n, config.seed, config.threshold) for n in analytic_pending
+    ]
+    heavy_first: list[BlockTask] = sorted(blocks, key=lambda b: -b.n_sources)
+    tasks += heavy_first
+    computed: dict[BlockTask | AnalyticTask, list[str]] = {}
+    if tasks:
+        designs = design_runs(
+            responses.n_llms,
+            responses.subtask_codes,
+            n_runs=config.runs,
+            n_targets=config.target_llms,
+            random_seed=config.seed,
+            fixed_targets=fixed,
         )
+        data = GridData.from_responses(responses, designs)
+        results = run_tasks(
+            run_task,
+            data,
+            tasks,
+            workers=workers,
+            scheduler=scheduler,
+            connect_timeout=connect_timeout,
+        )
+        bar = None
+        try:
+            for k, result in results:
+                if bar is None:  # after the workers started (no thread of a bar is forked)
+                    bar = _progress(progress, total=len(blocks) * config.runs)
+                task = tasks[k]
+                if isinstance(task, BlockTask):
+                    computed[task] = _save_block(out, design, result)
+                    if bar is not None:
+                        bar.update(config.runs)
+                else:
+                    computed[task] = _save_analytic(out, design, config, task.n_items, result)
+        finally:
+            results.close()
+            if bar is not None:
+                bar.close()
+    # in grid order, whatever order the tasks finished in
+    for block in blocks:
+        report.computed += computed.get(block, [])
+    for n in analytic_pending:
+        report.computed += computed.get(AnalyticTask(n, config.seed, config.threshold), [])
     from . import __version__
 
     config_doc = {
@@ -919,59 +1086,66 @@ def evaluate_grid(
         "package_version": __version__,
     }
     _assemble(out, config, config_doc, report)
-    report.seconds = time.perf_counter() - started
     return report
 
 
-def _analytic_cells(
-    responses: Responses,
-    designs: list[RunDesign],
-    config: GridConfig,
+def _save_block(
+    out: Path, design: dict[str, Any], result: tuple[list[CellResult], float]
+) -> list[str]:
+    cells, seconds = result
+    stems = []
+    for cell in cells:
+        cell.metrics["seconds"] = seconds / len(cells)
+        settings = cell_settings(design, cell.selector, cell.n_items, cell.n_source_llms)
+        _save_cell(out / "cells", out / "pairs", cell, settings)
+        stems.append(cell_stem(cell.selector, cell.n_items, cell.n_source_llms))
+        logger.info(
+            "%s n=%d sources=%d: agreement %.3f, MDAD %s",
+            cell.selector,
+            cell.n_items,
+            cell.n_source_llms,
+            cell.metrics["agreement_seen"],
+            cell.mdad[0]["mdad"],
+        )
+    return stems
+
+
+def _save_analytic(
+    out: Path,
     design: dict[str, Any],
-    pending: list[int],
-    cells_dir: Path,
-    report: GridReport,
-) -> str | None:
-    """Write the ``pending`` sizes' ``random-analytic`` cells (one computation for all source
-    counts); returns why they were skipped, or None."""
-    if np.isnan(responses.values).any():
-        reason = "the responses have missing cells (the exact formula needs complete data)"
-        logger.info("random-analytic skipped: %s", reason)
-        return reason
-    if not pending:
-        return None
+    config: GridConfig,
+    n: int,
+    pair: list[dict[str, Any]],
+) -> list[str]:
+    """The ``random-analytic`` cells of size ``n``, one per source count (the same rows)."""
     from . import __version__
 
-    rows = analytic_rows(
-        responses, designs, pending, random_seed=config.seed, threshold=config.threshold
-    )
-    for n, pair in rows.items():
-        for src in config.source_llms:
-            stem = cell_stem(ANALYTIC_NAME, n, src)
-            metrics = {
-                "selector": ANALYTIC_NAME,
-                "n_items": n,
-                "n_source_llms": src,
-                "n_runs": config.runs,
-                "agreement_seen": pair[0]["agreement"],
-                "agreement_unseen": pair[1]["agreement"],
-                "notes": "exact expectation over uniform item samples; no sources used",
-            }
-            mdad_rows = [
-                {k: v for k, v in r.items() if k != "agreement"} | {"n_source_llms": src}
-                for r in pair
-            ]
-            _write_json(
-                cells_dir / f"{stem}.json",
-                {
-                    "metrics": metrics,
-                    "mdad": mdad_rows,
-                    "settings": cell_settings(design, ANALYTIC_NAME, n, src),
-                    "package_version": __version__,
-                },
-            )
-            report.computed.append(stem)
-    return None
+    stems = []
+    for src in config.source_llms:
+        stem = cell_stem(ANALYTIC_NAME, n, src)
+        metrics = {
+            "selector": ANALYTIC_NAME,
+            "n_items": n,
+            "n_source_llms": src,
+            "n_runs": config.runs,
+            "agreement_seen": pair[0]["agreement"],
+            "agreement_unseen": pair[1]["agreement"],
+            "notes": "exact expectation over uniform item samples; no sources used",
+        }
+        mdad_rows = [
+            {k: v for k, v in r.items() if k != "agreement"} | {"n_source_llms": src} for r in pair
+        ]
+        _write_json(
+            out / "cells" / f"{stem}.json",
+            {
+                "metrics": metrics,
+                "mdad": mdad_rows,
+                "settings": cell_settings(design, ANALYTIC_NAME, n, src),
+                "package_version": __version__,
+            },
+        )
+        stems.append(stem)
+    return stems
 
 
 def _save_cell(

@@ -10,6 +10,12 @@ recomputed. Each cell file records the settings it was computed with (data,
 seed, runs, targets, threshold, selector); a rerun with other settings into the
 same folder is an error, never a silent reuse. Sizes larger than the seen items
 (half of each subtask) are an error.
+
+The cells run on every CPU core by default (``--workers``), or on a Dask cluster
+(``--scheduler ADDRESS``, needs ``pip install 'bayes-microbench[cluster]'``; see
+docs/scale-out.md); the numbers are the same as a serial run's. This process
+writes every file and locks the folder (``.evaluate.lock``) meanwhile; if it or
+a worker is stopped, the finished cells stay and the same command resumes.
 """
 
 from __future__ import annotations
@@ -78,6 +84,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="do not add the exact random-analytic rows",
     )
+    p.add_argument(
+        "--workers",
+        type=POSITIVE_INT,
+        default=None,
+        metavar="N",
+        help="local worker processes (default: one per CPU core; 1 = serial)",
+    )
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=None,
+        help="compute on the dask.distributed cluster of this scheduler (e.g. "
+        "tcp://host:8786) instead of local processes",
+    )
     add_output_flags(p)
     p.set_defaults(func=run)
 
@@ -105,7 +125,15 @@ def run(args: argparse.Namespace) -> int:
     )
     responses = load_responses(args.responses, args.items)
     show_bar = not args.quiet and sys.stderr.isatty()
-    report = evaluate_grid(responses, config, args.output, progress=show_bar)
+    workers = None if args.workers is None else check_positive_int(args.workers, "--workers")
+    report = evaluate_grid(
+        responses,
+        config,
+        args.output,
+        progress=show_bar,
+        workers=workers,
+        scheduler=args.scheduler,
+    )
     assert report.mdad is not None
     if args.json:
         print_json(
