@@ -94,8 +94,11 @@ def models_dir() -> Path | None:
     env = os.environ.get(MODELS_ENV, "").strip()
     if env:
         return Path(env).expanduser()
-    here = Path(__file__).resolve().parent.parent / "models"
-    return here if here.is_dir() else None
+    root = Path(__file__).resolve().parent.parent
+    # a checkout (or an editable install of one); in site-packages a "models" folder
+    # beside the package would be some other distribution's
+    here = root / "models"
+    return here if here.is_dir() and (root / "pyproject.toml").is_file() else None
 
 
 def shipped_files(folder: Path | None = None) -> dict[str, Path]:

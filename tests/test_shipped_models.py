@@ -161,3 +161,15 @@ def test_every_benchmark_key_is_a_build_target():
         spec = spec_for(key)
         assert spec.name == bench.default_model and spec.data == bench.data
     assert all(spec_for(n) is s for n, s in ARTIFACTS.items())
+
+
+def test_a_wheel_install_has_no_models_folder(monkeypatch, tmp_path):
+    """In site-packages a ``models`` folder beside the package is not ours: name lookups say so."""
+    site = tmp_path / "site-packages"
+    (site / "bayes_microbench").mkdir(parents=True)
+    (site / "models").mkdir()  # another distribution's
+    monkeypatch.delenv(shipped.MODELS_ENV, raising=False)
+    monkeypatch.setattr(shipped, "__file__", str(site / "bayes_microbench" / "shipped.py"))
+    assert shipped.models_dir() is None
+    with pytest.raises(UserInputError, match=r"no models folder.*BAYES_MICROBENCH_MODELS"):
+        shipped.resolve_posterior("gpqa")
