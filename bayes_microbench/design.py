@@ -701,16 +701,10 @@ def study_mdads(
 
 
 def saved_population(misfit: Any, where: str) -> Population | None:
-    """The population a loaded posterior's calibration carries; warns once when there is none."""
+    """The population a loaded posterior's calibration carries (None: the results' attr says so)."""
     population = getattr(misfit, "population", None)
     if population is None:
-        warnings.warn(
-            f"{where} carries no fitted population: the MDAD assumes the prior's Normal(0, 1) "
-            "llms answering as the model says, and its band carries item uncertainty only; "
-            "refit it with 'bayes-microbench fit', which saves the population",
-            UserWarning,
-            stacklevel=2,
-        )
+        logger.debug("%s carries no fitted population", where)
     return population
 
 
