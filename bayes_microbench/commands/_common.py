@@ -172,6 +172,18 @@ def add_posterior(parser: Any, *, required: bool = True, help: str | None = None
     )
 
 
+def add_raw_model(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--raw-model``: answer with the model as is, without what the posterior's calibration saved."""
+    parser.add_argument("--raw-model", action="store_true", help=help)
+
+
+#: ``--raw-model`` of the design commands (``mdad``, ``plan``).
+RAW_DESIGN_HELP = (
+    "the prior population and the model as is, without the fitted llms' population "
+    "and misfit saved with the posterior"
+)
+
+
 def add_output_flags(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
     """``--json`` (unless ``json_flag`` is False) and ``--quiet``."""
     if json_flag:

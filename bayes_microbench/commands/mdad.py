@@ -22,8 +22,10 @@ from ._common import (
     POSITIVE_INT,
     PROBABILITY,
     RANKING_THRESHOLD,
+    RAW_DESIGN_HELP,
     add_output_flags,
     add_posterior,
+    add_raw_model,
     add_seed,
     check_output_folder,
     print_json,
@@ -38,12 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_posterior(p)
-    p.add_argument(
-        "--raw-model",
-        action="store_true",
-        help="the prior population and the model as is, without the fitted llms' population "
-        "and misfit saved with the posterior",
-    )
+    add_raw_model(p, RAW_DESIGN_HELP)
     group = p.add_mutually_exclusive_group()
     group.add_argument(
         "--selector", default=None, help="random (default) or any registered selector name"

@@ -14,8 +14,10 @@ from ._common import (
     GAP_POINTS,
     POSITIVE_INT,
     PROBABILITY,
+    RAW_DESIGN_HELP,
     add_output_flags,
     add_posterior,
+    add_raw_model,
     add_seed,
     print_json,
 )
@@ -28,12 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
     )
     add_posterior(p)
-    p.add_argument(
-        "--raw-model",
-        action="store_true",
-        help="the prior population and the model as is, without the fitted llms' population "
-        "and misfit saved with the posterior",
-    )
+    add_raw_model(p, RAW_DESIGN_HELP)
     p.add_argument(
         "--delta", type=GAP_POINTS, default=2.0, help="accuracy gap in points (default 2)"
     )

@@ -27,6 +27,7 @@ from ._common import (
     PROBABILITY,
     add_output_flags,
     add_posterior,
+    add_raw_model,
     add_responses,
     add_seed,
     print_json,
@@ -53,11 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="responses of the llms the posterior was fitted on: recalibrate the intervals for misfit",
     )
-    p.add_argument(
-        "--raw-model",
-        action="store_true",
-        help="the raw model's interval, without the calibration saved with the posterior",
-    )
+    add_raw_model(p, "the raw model's interval, without the calibration saved with the posterior")
     add_seed(p)
     add_output_flags(p)
     p.set_defaults(func=run)
