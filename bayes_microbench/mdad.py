@@ -408,30 +408,3 @@ def monotone_mdad(
         random_seed=random_seed,
     )
     return monotone_from_table(table, boot, method=method, threshold=threshold, ci_prob=ci_prob)
-
-
-def mdad_frame(
-    pairs: pd.DataFrame,
-    *,
-    by: list[str],
-    diff: str = "seen_diff",
-    correct: str = "seen_correct",
-    threshold: float = DEFAULT_THRESHOLD,
-    random_seed: int | None = 0,
-) -> pd.DataFrame:
-    """:func:`mdad_from_pairs` per group of a per-pair table (thin pandas wrapper).
-
-    Returns one row per group with the ``by`` columns and
-    ``mdad, mdad_lower, mdad_upper, reached``.
-    """
-    rows = []
-    for key, grp in pairs.groupby(by, sort=True):
-        keys = key if isinstance(key, tuple) else (key,)
-        res = mdad_from_pairs(
-            grp[diff].to_numpy(),
-            grp[correct].to_numpy(),
-            threshold=threshold,
-            random_seed=random_seed,
-        )
-        rows.append({**dict(zip(by, keys, strict=True)), **res.as_row()})
-    return pd.DataFrame(rows)

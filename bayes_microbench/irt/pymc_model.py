@@ -688,8 +688,3 @@ def to_saved_scale(
             g[..., learn] = f64["guessing_learned"]
         out["guessing"] = (("item",), g)
     return out
-
-
-def raw_names(model: Any) -> list[str]:
-    """The free variables of ``model`` (the names a sampler returns)."""
-    return [rv.name for rv in model.free_RVs]

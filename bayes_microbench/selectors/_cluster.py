@@ -257,20 +257,6 @@ def kmeans_1d(values: np.ndarray, k: int, *, dense_limit: int = 1500) -> np.ndar
 
 
 # ------------------------------------------------------------------- k-medoids
-def _nearest_two(dm: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Nearest medoid (position), its distance, and the second-nearest distance."""
-    n, k = dm.shape
-    if k == 1:
-        return np.zeros(n, dtype=np.int64), dm[:, 0].copy(), np.full(n, np.inf)
-    two = np.argpartition(dm, 1, axis=1)[:, :2]
-    d_two = np.take_along_axis(dm, two, axis=1)
-    first = d_two[:, 0] <= d_two[:, 1]
-    near = np.where(first, two[:, 0], two[:, 1])
-    dn = np.where(first, d_two[:, 0], d_two[:, 1])
-    ds = np.where(first, d_two[:, 1], d_two[:, 0])
-    return near, dn, ds
-
-
 def kmedoids(
     dist: np.ndarray,
     k: int,

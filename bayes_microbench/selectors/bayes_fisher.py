@@ -430,11 +430,6 @@ def greedy(
     return order
 
 
-@dataclass
-class _FisherState:
-    total: np.ndarray  # (T,) information of the chosen set at each node
-
-
 class BayesFisherSelector(_BayesSelectorBase):
     """Greedy Bayesian D-optimal design over the population (see the module docstring)."""
 
