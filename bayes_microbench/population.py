@@ -37,6 +37,8 @@ DEFAULT_RANK = 20
 POPULATION_DRAWS = 50
 #: Most abilities kept (quantiles of the fitted llms' when there are more).
 MAX_ABILITIES = 2000
+#: Random subsets a scored subset's excess misfit is compared with.
+SUBSET_EXCESS_RANDOM = 16
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,89 @@ class Population:
         low = np.einsum("nk,...nd->...kd", factor, d)
         total = (low * low).sum(axis=-2) + np.einsum("n,...nd->...d", diag, d * d)
         return np.maximum(total, 0.0)
+
+    def quadratic(self, v: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
+        """``v' E v`` for error vectors ``v`` ``(..., N)`` over the items at ``positions``.
+
+        Returns ``(...)``, clipped at 0.
+        """
+        factor = self.factor if positions is None else self.factor[positions]
+        diag = self.diag if positions is None else self.diag[positions]
+        v = np.asarray(v, dtype=np.float64)
+        low = v @ factor
+        return np.maximum((low * low).sum(axis=-1) + (v * v) @ diag, 0.0)
+
+    def subset_excess(
+        self,
+        prob: np.ndarray,
+        slope: np.ndarray,
+        observed: np.ndarray,
+        positions: np.ndarray | None = None,
+        *,
+        n_random: int = SUBSET_EXCESS_RANDOM,
+        random_seed: int | np.random.Generator | None = 0,
+    ) -> np.ndarray:
+        """How much more misfit variance each llm's observed subset carries than a random one.
+
+        The model-based estimate of an llm's accuracy on its unobserved items
+        ``U`` errs, to first order in the residuals ``r = y - P(a)``, by
+        ``v . r`` with ``v_i = -1/|U|`` on ``U`` and ``v_i = (G_U / |U|)
+        (g_i / P_i Q_i) / (1 + sum_S g_i^2 / P_i Q_i)`` on the observed items
+        ``S`` (``g_i = dP_i/da``, ``G_U`` its sum over ``U``: the ability
+        estimate absorbs the observed residuals, shrunk by the prior). Its
+        excess variance ``v' E v`` is compared with the mean over
+        ``n_random`` random subsets of the same size: a calibration estimated
+        on random subsets already carries that much.
+
+        Why: a calibration estimated on random subsets under-covers an llm scored on a
+        selector's subset, which can load on one cluster of items
+        (docs/decisions/0010-subset-aware-score-intervals.md).
+
+        Parameters
+        ----------
+        prob, slope
+            ``(L, N)``: ``P_i`` and ``dP_i/da`` at each llm's plug-in ability.
+        observed
+            ``(L, N)`` bool: each llm's observed items.
+        positions
+            The ``N`` items' positions in :attr:`items` (default: all, in order).
+        n_random
+            Random subsets per llm for the reference.
+        random_seed
+            Seed of the random subsets.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(L,)``: excess variance of the accuracy on the unobserved items,
+            this subset's minus the random subsets' mean (may be negative).
+        """
+        rng = np.random.default_rng(random_seed)
+        prob = np.asarray(prob, dtype=np.float64)
+        slope = np.asarray(slope, dtype=np.float64)
+        observed = np.asarray(observed, dtype=bool)
+        n_llms, n_items = observed.shape
+        pq = np.maximum(prob * (1.0 - prob), 1e-9)
+        score_weight = slope / pq  # (L, N): d log-lik / d ability per residual
+        info = slope * score_weight
+        out = np.zeros(n_llms)
+        for j in range(n_llms):
+            n_obs = int(observed[j].sum())
+            if n_obs == 0 or n_obs >= n_items:
+                continue
+            key = rng.random((n_random, n_items))
+            order = np.argsort(key, axis=1)[:, :n_obs]
+            masks = np.zeros((n_random + 1, n_items), dtype=bool)
+            np.put_along_axis(masks[1:], order, True, axis=1)
+            masks[0] = observed[j]
+            unobs = ~masks
+            n_u = unobs.sum(axis=1, keepdims=True)
+            g_u = (slope[j] * unobs).sum(axis=1, keepdims=True)
+            i_s = 1.0 + (info[j] * masks).sum(axis=1, keepdims=True)
+            v = np.where(unobs, -1.0 / n_u, (g_u / n_u) * score_weight[j] / i_s)
+            ex = self.quadratic(v, positions)
+            out[j] = ex[0] - ex[1:].mean()
+        return out
 
     def density(self, theta: np.ndarray) -> np.ndarray:
         """Gaussian-kernel density of the abilities at ``theta`` (Silverman's bandwidth)."""

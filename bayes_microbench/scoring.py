@@ -128,6 +128,8 @@ MIN_CALIBRATED_UNOBSERVED = 10
 #: The same floor for a posterior built in memory (a library caller's own draws): at 20
 #: draws a 90% bound is still noisy but no longer a pair of draws' accident.
 MIN_MEMORY_DRAWS = 20
+#: Least share of the calibrated residual variance a subset's own excess may narrow it to.
+MIN_SUBSET_SHARE = 0.5
 _CHUNK_CELLS = 6_000_000  # draws x grid x items per chunk (about 48 MB of float64)
 #: Probability levels at which a :class:`Misfit` stores its standardized residual quantiles.
 _LEVELS = np.linspace(0.0, 1.0, 401)
@@ -856,8 +858,14 @@ def score(
         carried = not isinstance(posterior, (xr.Dataset, xr.DataTree))
         misfit = getattr(posterior, "calibration", None) if carried else None
     if misfit is not None:
-        hits = misfit.apply(hits, expected, n_obs, n_unobs, rng)
+        extra = _subset_excess(misfit.population, draws, ability, observed, rng)
+        hits = misfit.apply(hits, expected, n_obs, n_unobs, rng, extra)
         misfit_note = misfit.describe()
+        if extra is not None:
+            misfit_note += (
+                "; widened for each llm's subset by the saved population's excess residual "
+                f"covariance (median sd added {np.median(np.sqrt(np.maximum(extra, 0))):.4f})"
+            )
     else:
         misfit_note = (
             "none: no misfit estimate given, the intervals assume the IRT model holds "
@@ -913,6 +921,34 @@ def score(
         },
     )
     return ds
+
+
+def _subset_excess(
+    population: Population | None,
+    draws: ItemDraws,
+    ability: np.ndarray,
+    observed: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray | None:
+    """Each llm's subset excess misfit variance (see :meth:`Population.subset_excess`).
+
+    None without a population, for a ``2pl-md`` posterior, or when the
+    population does not cover the benchmark items.
+    """
+    if population is None or draws.n_dims != 1:
+        return None
+    positions = pd.Index(population.items).get_indexer(np.asarray(draws.items).astype(str))
+    if (positions < 0).any():
+        logger.debug("score: the saved population does not cover the benchmark; no widening")
+        return None
+    mean = draws.mean()
+    plug = ability.mean(axis=0)[None, :]  # (1, L)
+    sig = 0.5 + 0.5 * np.tanh(0.5 * mean.logit(plug)[0])  # (L, N)
+    c = mean.guessing[0]
+    prob = c + (1.0 - c) * sig
+    slope = (1.0 - c) * mean.discrimination[0] * sig * (1.0 - sig)
+    seed = int(rng.integers(2**31))
+    return population.subset_excess(prob, slope, observed, positions, random_seed=seed)
 
 
 def _unobserved_hits(
@@ -1042,6 +1078,7 @@ class Misfit:
         n_obs: np.ndarray,
         n_unobs: np.ndarray,
         rng: np.random.Generator,
+        extra_variance: np.ndarray | None = None,
     ) -> np.ndarray:
         """Recalibrated draws of the number correct on the unobserved items ``(draws, llms)``.
 
@@ -1050,9 +1087,17 @@ class Misfit:
         :data:`MIN_CALIBRATED_UNOBSERVED` unobserved items (outside the range
         the calibration was estimated on); elsewhere the residual draws already
         carry the Bernoulli noise, the ability uncertainty and the misfit.
+        ``extra_variance`` (llms,): variance of the accuracy on the unobserved
+        items to add to the calibrated scale (a subset's excess over a random
+        one's, :meth:`Population.subset_excess`); a negative one (a subset with
+        less excess than a random one's) narrows the scale, to at most
+        :data:`MIN_SUBSET_SHARE` of its variance.
         """
         u = np.maximum(np.asarray(n_unobs, dtype=np.float64), 1.0)
         centre, scale = self.at(n_obs, (expected / u).mean(axis=0))
+        if extra_variance is not None:
+            var = scale**2
+            scale = np.sqrt(np.maximum(var + np.asarray(extra_variance), MIN_SUBSET_SHARE * var))
         r = self.residual_quantile(n_obs, rng.random(hits.shape))
         new = np.clip(centre + scale * r, 0.0, 1.0) * u
         return np.where(np.asarray(n_unobs) >= MIN_CALIBRATED_UNOBSERVED, new, hits)

@@ -189,3 +189,57 @@ def test_population_refuses_too_few_llms_and_foreign_items(model_world):
     other = dataclasses.replace(pop, items=np.array([f"x{k}" for k in range(N_ITEMS)]))
     with pytest.raises(UserInputError, match="does not cover"):
         D.design_curves(post, sizes=[20], max_draws=20, population=other)
+
+
+def test_subset_excess_is_zero_without_misfit_and_centred_for_random_subsets(model_world):
+    resp, post, _ = model_world
+    pop = estimate_population(post, resp)
+    none = dataclasses.replace(pop, factor=np.zeros_like(pop.factor), diag=np.zeros_like(pop.diag))
+    rng = np.random.default_rng(1)
+    prob = rng.uniform(0.2, 0.8, (40, N_ITEMS))
+    slope = prob * (1 - prob)
+    observed = np.zeros((40, N_ITEMS), dtype=bool)
+    for j in range(40):
+        observed[j, rng.choice(N_ITEMS, 30, replace=False)] = True
+    assert np.all(none.subset_excess(prob, slope, observed) == 0.0)
+    # a random subset is one of the random subsets it is compared with: no systematic excess
+    clustered = dataclasses.replace(
+        pop, factor=np.where(np.arange(N_ITEMS)[:, None] < HALF, 0.1, 0.0)[:, :1]
+    )
+    delta = clustered.subset_excess(prob, slope, observed, random_seed=2)
+    one_cluster = np.zeros_like(observed)
+    one_cluster[:, :30] = True
+    loaded = clustered.subset_excess(prob, slope, one_cluster, random_seed=2)
+    assert abs(delta.mean()) < 0.25 * loaded.mean()
+    assert (loaded > 0).all()
+
+
+def test_score_widens_the_interval_of_a_subset_that_loads_on_one_cluster():
+    # the 1-D model misses the second ability; scored on items of the first cluster
+    # only, a held-out llm's full accuracy strays by more than a random subset's would
+    from bayes_microbench.scoring import estimate_misfit, score
+
+    resp, post, _ = _two_cluster_world(600, seed=7)
+    train, held = resp.isel(llm=np.arange(400)), resp.isel(llm=np.arange(400, 600))
+    misfit = estimate_misfit(post, train, sizes=(25, 50), n_splits=1, random_seed=0)
+    misfit = dataclasses.replace(misfit, population=estimate_population(post, train))
+    truth = np.nanmean(held.values, axis=1)
+    covered = {}
+    designs = {
+        "cluster": np.arange(40),
+        "random": np.random.default_rng(7).choice(200, 40, replace=False),
+    }
+    for design, items in designs.items():
+        for name, m in (
+            ("plain", dataclasses.replace(misfit, population=None)),
+            ("population", misfit),
+        ):
+            res = score(post, held.isel(item=items), misfit=m, random_seed=3)
+            lo, hi = res["accuracy_interval"].values.T
+            covered[design, name] = float(np.mean((lo <= truth) & (truth <= hi)))
+    # the random-subset calibration misses the one-cluster design; the population repairs it
+    assert covered["cluster", "population"] >= covered["cluster", "plain"] + 0.08
+    assert 0.85 <= covered["cluster", "population"] <= 0.99
+    # and leaves a random subset's interval as the calibration made it
+    assert abs(covered["random", "population"] - covered["random", "plain"]) <= 0.03
+    assert "widened for each llm's subset" in res.attrs["misfit"]
