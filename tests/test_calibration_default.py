@@ -94,6 +94,7 @@ def test_score_without_calibration_says_the_interval_is_raw(world, capsys):
     assert "raw model" in lines[0] and "--calibrate-with" in lines[0]
 
 
+@pytest.mark.long
 def test_fit_saves_calibration_by_default(tmp_path, capsys):
     from bayes_microbench.cli import main
     from bayes_microbench.irt.io import load_posterior

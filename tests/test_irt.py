@@ -485,6 +485,7 @@ def test_psis_weights_keep_raw_weights_where_the_top_weights_are_flat():
     assert 0.5 < reff <= 1.5  # independent draws
 
 
+@pytest.mark.long
 def test_loo_of_a_3pl_with_items_at_their_floor():
     from bayes_microbench.irt.checks import loo
 
@@ -525,6 +526,7 @@ def test_compare_models_table(tiny):
         compare_models({"2pl": fit2})
 
 
+@pytest.mark.long
 def test_cli_check_ppc_and_loo_of_saved_fits(tmp_path, capsys):
     from bayes_microbench.cli import main
     from bayes_microbench.io import save_responses
@@ -577,6 +579,7 @@ def test_cli_check_ppc_and_loo_of_saved_fits(tmp_path, capsys):
         assert message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.long
 def test_cli_fit_json(tmp_path, capsys):
     from bayes_microbench.cli import main
     from bayes_microbench.io import save_responses
@@ -751,6 +754,7 @@ def test_saved_scale_reproduces_the_sampled_likelihood(model, prior, parameteriz
         pm_model.replace_rvs_by_values([*outs, loglik]),
         inputs=pm_model.value_vars,
         on_unused_input="ignore",
+        mode="FAST_COMPILE",  # one evaluation: the graph's value, not its C speed
     )
     *values, model_ll = f(point)
     raw = {o.name: np.asarray(v)[None, None] for o, v in zip(outs, values, strict=True)}

@@ -92,6 +92,7 @@ def conjugate():  # type: ignore[no-untyped-def]
     return _normal_model()
 
 
+@pytest.mark.long
 def test_advi_matches_a_conjugate_posterior_and_is_reproducible(conjugate):
     model, mean, sd = conjugate
     draws, info = approx.advi(model, draws=4000, random_seed=3)

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("nutpie")
 
 
+@pytest.mark.long
 def test_worker_processes_run_the_chains_reproducibly():
     # a fresh interpreter: in this test process JAX may already be running, and
     # then the chains (correctly) run as threads instead of forked workers

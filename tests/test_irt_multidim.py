@@ -262,6 +262,7 @@ def test_diversity_selector_takes_item_embeddings(nuts_fit):
 
 
 # --------------------------------------------------------- MAP through the CLI
+@pytest.mark.long
 def test_cli_fit_2pl_md_map_and_refusals(tmp_path, capsys):
     from bayes_microbench.cli import main
     from bayes_microbench.io import save_responses

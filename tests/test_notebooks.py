@@ -11,6 +11,7 @@ from .conftest import ROOT, SHARED_DATA
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_in_fast_mode(path):
     pytest.importorskip("nbclient")

@@ -163,6 +163,7 @@ _CONFIGS = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.long
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
