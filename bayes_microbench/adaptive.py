@@ -46,6 +46,7 @@ from .scoring import (
     ability_grid,
     ability_posterior_samples,
     item_draws,
+    subset_widening,
 )
 
 Goal = Literal["accuracy", "rank"]
@@ -256,7 +257,8 @@ class AdaptiveState:
         n_obs = observed.sum(axis=1)
         n_unobs = d.n_items - n_obs
         if self.misfit is not None:
-            hits = self.misfit.apply(hits, expected, n_obs, n_unobs, rng)
+            extra = subset_widening(self.misfit.population, d, ability, observed, rng)
+            hits = self.misfit.apply(hits, expected, n_obs, n_unobs, rng, extra)
         acc = (hits[:, 0] + np.nansum(y)) / d.n_items
         return acc, ability[:, 0], observed[0]
 

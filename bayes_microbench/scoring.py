@@ -858,7 +858,7 @@ def score(
         carried = not isinstance(posterior, (xr.Dataset, xr.DataTree))
         misfit = getattr(posterior, "calibration", None) if carried else None
     if misfit is not None:
-        extra = _subset_excess(misfit.population, draws, ability, observed, rng)
+        extra = subset_widening(misfit.population, draws, ability, observed, rng)
         hits = misfit.apply(hits, expected, n_obs, n_unobs, rng, extra)
         misfit_note = misfit.describe()
         if extra is not None:
@@ -923,7 +923,7 @@ def score(
     return ds
 
 
-def _subset_excess(
+def subset_widening(
     population: Population | None,
     draws: ItemDraws,
     ability: np.ndarray,
@@ -932,8 +932,25 @@ def _subset_excess(
 ) -> np.ndarray | None:
     """Each llm's subset excess misfit variance (see :meth:`Population.subset_excess`).
 
-    None without a population, for a ``2pl-md`` posterior, or when the
-    population does not cover the benchmark items.
+    Parameters
+    ----------
+    population
+        The saved population (None: no widening).
+    draws
+        The benchmark's item draws.
+    ability
+        Ability draws ``(draws, llms)``; their mean is each llm's plug-in ability.
+    observed
+        ``(llms, items)`` bool: each llm's observed items.
+    rng
+        Source of the random reference subsets' seed.
+
+    Returns
+    -------
+    numpy.ndarray or None
+        ``(llms,)`` variance for :meth:`Misfit.apply`'s ``extra_variance``;
+        None without a population, for a ``2pl-md`` posterior, or when the
+        population does not cover the benchmark items.
     """
     if population is None or draws.n_dims != 1:
         return None
