@@ -128,8 +128,6 @@ MIN_CALIBRATED_UNOBSERVED = 10
 #: The same floor for a posterior built in memory (a library caller's own draws): at 20
 #: draws a 90% bound is still noisy but no longer a pair of draws' accident.
 MIN_MEMORY_DRAWS = 20
-#: Least share of the calibrated residual variance a subset's own excess may narrow it to.
-MIN_SUBSET_SHARE = 0.5
 _CHUNK_CELLS = 6_000_000  # draws x grid x items per chunk (about 48 MB of float64)
 #: Probability levels at which a :class:`Misfit` stores its standardized residual quantiles.
 _LEVELS = np.linspace(0.0, 1.0, 401)
@@ -1106,15 +1104,13 @@ class Misfit:
         carry the Bernoulli noise, the ability uncertainty and the misfit.
         ``extra_variance`` (llms,): variance of the accuracy on the unobserved
         items to add to the calibrated scale (a subset's excess over a random
-        one's, :meth:`Population.subset_excess`); a negative one (a subset with
-        less excess than a random one's) narrows the scale, to at most
-        :data:`MIN_SUBSET_SHARE` of its variance.
+        one's, :meth:`Population.subset_excess`); a negative one adds nothing
+        (the random-subset calibration is never narrowed).
         """
         u = np.maximum(np.asarray(n_unobs, dtype=np.float64), 1.0)
         centre, scale = self.at(n_obs, (expected / u).mean(axis=0))
         if extra_variance is not None:
-            var = scale**2
-            scale = np.sqrt(np.maximum(var + np.asarray(extra_variance), MIN_SUBSET_SHARE * var))
+            scale = np.sqrt(scale**2 + np.maximum(np.asarray(extra_variance), 0.0))
         r = self.residual_quantile(n_obs, rng.random(hits.shape))
         new = np.clip(centre + scale * r, 0.0, 1.0) * u
         return np.where(np.asarray(n_unobs) >= MIN_CALIBRATED_UNOBSERVED, new, hits)
