@@ -331,10 +331,10 @@ def _curves_chunk(
 
 def population_positions(population: Population, draws: ItemDraws) -> np.ndarray:
     """Positions of the benchmark items in the population's items (all must be there)."""
-    index = pd.Index(population.items)
-    pos = index.get_indexer(np.asarray(draws.items).astype(str))
-    if (pos < 0).any():
-        missing = np.asarray(draws.items)[pos < 0]
+    pos = population.positions(draws.items)
+    if pos is None:
+        items = np.asarray(draws.items).astype(str)
+        missing = items[~np.isin(items, population.items)]
         raise UserInputError(
             f"the saved population does not cover {preview(missing.tolist())} of the benchmark "
             "items: give population=None, or recalibrate the posterior on these items"

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from .exceptions import UserInputError
@@ -75,12 +76,14 @@ class Population:
             ``(..., D)``, clipped at 0 (a design is never credited with less
             noise than the IRT model's own).
         """
-        factor = self.factor if positions is None else self.factor[positions]
-        diag = self.diag if positions is None else self.diag[positions]
-        d = np.asarray(weights, dtype=np.float64) - 1.0 / factor.shape[0]
-        low = np.einsum("nk,...nd->...kd", factor, d)
-        total = (low * low).sum(axis=-2) + np.einsum("n,...nd->...d", diag, d * d)
-        return np.maximum(total, 0.0)
+        weights = np.asarray(weights, dtype=np.float64)
+        d = weights - 1.0 / weights.shape[-2]
+        return self.quadratic(np.swapaxes(d, -1, -2), positions)
+
+    def positions(self, items: np.ndarray) -> np.ndarray | None:
+        """Positions of ``items`` in :attr:`items`; None when any is not there."""
+        pos = pd.Index(self.items).get_indexer(np.asarray(items).astype(str))
+        return None if (pos < 0).any() else pos
 
     def quadratic(self, v: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
         """``v' E v`` for error vectors ``v`` ``(..., N)`` over the items at ``positions``.

@@ -952,16 +952,14 @@ def subset_widening(
     """
     if population is None or draws.n_dims != 1:
         return None
-    positions = pd.Index(population.items).get_indexer(np.asarray(draws.items).astype(str))
-    if (positions < 0).any():
+    positions = population.positions(draws.items)
+    if positions is None:
         logger.debug("score: the saved population does not cover the benchmark; no widening")
         return None
     mean = draws.mean()
-    plug = ability.mean(axis=0)[None, :]  # (1, L)
-    sig = 0.5 + 0.5 * np.tanh(0.5 * mean.logit(plug)[0])  # (L, N)
+    prob = mean.prob(ability.mean(axis=0)[None, :])[0]  # (L, N) at the plug-in abilities
     c = mean.guessing[0]
-    prob = c + (1.0 - c) * sig
-    slope = (1.0 - c) * mean.discrimination[0] * sig * (1.0 - sig)
+    slope = mean.discrimination[0] * (prob - c) * (1.0 - prob) / (1.0 - c)  # dP/d ability
     seed = int(rng.integers(2**31))
     return population.subset_excess(prob, slope, observed, positions, random_seed=seed)
 
