@@ -22,8 +22,10 @@ correct (``accuracy``) or of the probability of a wrong rank decision
 ability by reweighting them with each answer's likelihood; ``fisher`` is the
 classical rule (Fisher information at the posterior-mean ability and the
 posterior-mean items: Fluid Benchmarking's); ``random`` a seeded random order.
-Selection uses the IRT model itself; the calibration only widens the
-interval at which the stop is decided. Only 1-D models (1PL/2PL/3PL): a
+With a saved population, ``goal`` also counts the widening the interval at
+the stop gets for the subset asked (:meth:`Population.excess_if_added`), so
+that it does not chase items whose misfit the interval must then carry
+(docs/decisions/0020-adaptive-rules-see-the-subset-excess.md). Only 1-D models (1PL/2PL/3PL): a
 ``2pl-md`` posterior is refused, because Fisher information and the rank
 rule's one-number ability need a 1-D ability.
 """
@@ -338,8 +340,27 @@ class AdaptiveState:
         if rule == "fisher":
             return self._fisher(cand)
         if self.settings.goal == "accuracy":
-            return -self._expected_variance(cand)
-        return -self._expected_wrong(cand)
+            return -(self._expected_variance(cand) + self._excess_after(cand))
+        return -self._expected_wrong(cand, self._excess_after(cand))
+
+    def _excess_after(self, cand: np.ndarray) -> np.ndarray | float:
+        """The widening the interval would get after asking each candidate, as a variance of
+        the number correct on the rest (0 without a saved population)."""
+        pop = None if self.misfit is None else self.misfit.population
+        positions = None if pop is None else pop.positions(self.draws.items)
+        if pop is None or positions is None or not self.answers:
+            return 0.0
+        observed = np.zeros(self.draws.n_items, dtype=bool)
+        observed[self._positions(list(self.answers), "answers")] = True
+        m = self._mean
+        prob = m.prob(np.array([[float(self._ability.mean())]]))[0, 0]
+        c = m.guessing[0]
+        slope = m.discrimination[0] * (prob - c) * (1.0 - prob) / (1.0 - c)
+        excess = pop.excess_if_added(
+            prob, slope, observed, cand, positions, random_seed=[self.settings.seed, self.n_used]
+        )
+        rest = self.draws.n_items - self.n_used - 1
+        return np.maximum(excess, 0.0) * rest**2
 
     def _fisher(self, cand: np.ndarray) -> np.ndarray:
         theta = np.array([[float(self._ability.mean())]])
@@ -382,8 +403,12 @@ class AdaptiveState:
         between = sp * (e1 - e_rest) ** 2 + (1 - sp) * (e0 - e_rest) ** 2
         return np.asarray(var_rest - between)
 
-    def _expected_wrong(self, cand: np.ndarray) -> np.ndarray:
-        """E over the answer of item i of min(P(above), P(below)) after the answer."""
+    def _expected_wrong(self, cand: np.ndarray, excess: np.ndarray | float = 0.0) -> np.ndarray:
+        """E over the answer of item i of min(P(above), P(below)) after the answer.
+
+        ``excess``: the interval's widening after each candidate (variance of the number
+        correct on the rest), added to the spread of the rest.
+        """
         from scipy.special import ndtr
 
         assert self._ref_draws is not None
@@ -395,7 +420,7 @@ class AdaptiveState:
         ref_var = float(self._ref_draws.var()) * n_items**2
         w = np.full(p.shape[0], 1.0 / p.shape[0])
         rest_m = m[:, None] - p
-        sd = np.sqrt(np.maximum(v[:, None] - p * (1 - p) + ref_var, 1e-9))
+        sd = np.sqrt(np.maximum(v[:, None] - p * (1 - p) + ref_var + excess, 1e-9))
         total = 0.0
         for y, lik in ((1.0, p), (0.0, 1 - p)):
             q = ndtr((known + y + rest_m - ref_mean) / sd)  # P(above | draw, answer)

@@ -353,3 +353,77 @@ def test_stop_waits_for_the_smallest_calibrated_size(sim):
     assert raw["items_used"] == 0 and raw["interval_kind"] == "raw"
     assert cal["items_used"] == 10 and cal["interval_kind"] == "calibrated"
     assert cal["stopped"] == "goal"
+
+
+
+
+
+def test_goal_rule_counts_the_widening_its_subset_brings(sim):
+    """With a saved population whose excess covariance loads on the items the variance rule
+    asks first, the rule that counts the subset widening penalizes the rest of that cluster
+    once part of it is asked, and leaves it sooner; with no excess the two rules agree."""
+    import dataclasses
+
+    from bayes_microbench.population import Population
+    from bayes_microbench.scoring import estimate_misfit
+
+    resp, _, post = sim
+    misfit = estimate_misfit(post, resp, sizes=[10, 25], max_draws=40, random_seed=0)
+    s = Settings(width=0.001, minimum=0, budget=30)
+    ans = answers_of(resp, 0)
+
+    def asked(m):
+        _, traj = run_replay(
+            lambda av: AdaptiveState(post, settings=s, misfit=m, available=av), ans
+        )
+        return [item for step in traj for item in step["asked"]]
+
+    blind = asked(dataclasses.replace(misfit, population=None))
+    items = np.asarray(post.item.values).astype(str)
+    loaded = np.isin(items, blind[:6])  # the first six the blind rule asks: one cluster
+    pop = Population(
+        items=items,
+        ability=np.linspace(-2, 2, 50),
+        factor=np.where(loaded, 0.3, 0.0)[:, None],
+        diag=np.full(len(items), 1e-4),
+        n_llms=50,
+    )
+    counted = dataclasses.replace(misfit, population=pop)
+    st = AdaptiveState(post, settings=s, misfit=counted, available=list(ans))
+    st.record({i: ans[i] for i in blind[:3]})
+    st.state()
+    cand = np.nonzero(~np.isin(items, blind[:3]))[0]
+    penalty = st._excess_after(cand)
+    assert penalty[loaded[cand]].min() > 5 * penalty[~loaded[cand]].max()
+    first = asked(counted)[:6]
+    assert len(set(first) & set(blind[:6])) <= 5, (first, blind[:6])
+    flat = dataclasses.replace(pop, factor=np.zeros_like(pop.factor), diag=np.zeros(len(items)))
+    assert asked(dataclasses.replace(misfit, population=flat)) == blind
+
+
+@pytest.mark.long
+def test_goal_rule_with_the_widening_stops_sooner_on_gpqa():
+    """On GPQA with the shipped posterior and its population, the variance rule that counts
+    the subset widening reaches an 8-point interval in fewer items than the rule blind to it
+    (which chases items whose misfit the widened interval then carries)."""
+    from bayes_microbench.io import load_responses
+    from bayes_microbench.scoring import read_posterior_file
+
+    from .conftest import shared_path
+
+    resp = load_responses(str(shared_path("open-llm-leaderboard-v2/gpqa.csv")))
+    post, misfit = read_posterior_file(str(Path(__file__).parents[1] / "models" / "gpqa-2pl.nc"))
+    s = Settings(width=0.08, budget=150, minimum=5, rule="goal", seed=0)
+    used = {}
+    for name in ("counted", "blind"):
+        runs = []
+        for k in np.random.default_rng(5).choice(resp.n_llms, 8, replace=False):
+            def start(av, name=name):
+                st = AdaptiveState(post, settings=s, misfit=misfit, available=av, max_draws=200)
+                if name == "blind":
+                    st._excess_after = lambda cand: 0.0
+                return st
+
+            runs.append(run_replay(start, answers_of(resp, int(k)), 5)[0]["items_used"])
+        used[name] = float(np.mean(runs))
+    assert used["counted"] < 0.75 * used["blind"], used

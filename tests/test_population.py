@@ -243,3 +243,34 @@ def test_score_widens_the_interval_of_a_subset_that_loads_on_one_cluster():
     # and leaves a random subset's interval as the calibration made it
     assert abs(covered["random", "population"] - covered["random", "plain"]) <= 0.03
     assert "widened for each llm's subset" in res.attrs["misfit"]
+
+
+def test_excess_if_added_is_the_subset_excess_of_the_larger_subset(model_world):
+    """The O(C k) update equals :meth:`subset_excess` recomputed for each ``S + {c}``, and
+    adding an item of the loaded cluster to a subset raises its excess more than an item of
+    the other half."""
+    resp, post, _ = model_world
+    pop = estimate_population(post, resp)
+    clustered = dataclasses.replace(
+        pop, factor=np.where(np.arange(N_ITEMS)[:, None] < HALF, 0.1, 0.0)[:, :1]
+    )
+    rng = np.random.default_rng(4)
+    prob = rng.uniform(0.2, 0.8, N_ITEMS)
+    slope = prob * (1 - prob)
+    seen = np.zeros(N_ITEMS, dtype=bool)
+    seen[rng.choice(HALF, 20, replace=False)] = True  # asked so far: the loaded half only
+    cand = np.nonzero(~seen)[0]
+    fast = clustered.excess_if_added(prob, slope, seen, cand, random_seed=9)
+    slow = np.empty(len(cand))
+    for k, c in enumerate(cand):
+        grown = seen.copy()
+        grown[c] = True
+        slow[k] = clustered.subset_excess(prob[None], slope[None], grown[None], random_seed=9)[0]
+    np.testing.assert_allclose(fast, slow, rtol=1e-9, atol=1e-15)
+    inside = fast[cand < HALF]
+    outside = fast[cand >= HALF]
+    assert inside.min() > outside.max()
+    # nothing left unobserved after the candidate: no excess
+    full = np.ones(N_ITEMS, dtype=bool)
+    full[7] = False
+    assert np.all(clustered.excess_if_added(prob, slope, full, np.array([7])) == 0.0)
