@@ -173,3 +173,41 @@ def test_a_wheel_install_has_no_models_folder(monkeypatch, tmp_path):
     assert shipped.models_dir() is None
     with pytest.raises(UserInputError, match=r"no models folder.*BAYES_MICROBENCH_MODELS"):
         shipped.resolve_posterior("gpqa")
+
+
+CARDED = sorted(MODELS.glob("*.json"))
+
+
+@pytest.mark.parametrize("facts", CARDED, ids=[p.stem for p in CARDED])
+def test_each_card_is_its_facts_rendered_with_the_heldout_runs(facts):
+    """A card is exactly what ``build_models --cards`` renders from its facts and the held-out
+    study's saved runs: a rerun of the study that was not carried into the cards fails here."""
+    from bayes_microbench.irt.build_models import _card_markdown
+
+    card = json.loads(facts.read_text())
+    text = facts.with_suffix(".md").read_text()
+    assert text == _card_markdown(card), f"rerun build_models --cards ({facts.stem})"
+    assert "## Held-out coverage" in text
+
+
+def test_heldout_section_lists_each_saved_row_or_says_not_measured(tmp_path):
+    from bayes_microbench.irt.build_models import _heldout_text
+
+    runs = {
+        "runs": [
+            {
+                "settings": {"benchmark": "arc", "random_seed": 3, "held_out": 200},
+                "scores": [
+                    {"design": "random", "n": 25, "coverage": 0.8956, "width": 0.1496},
+                    {"design": "bayes-fisher", "n": 50, "coverage": 0.86, "width": 0.0859},
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "heldout.json"
+    path.write_text(json.dumps(runs))
+    text = _heldout_text("arc", path)
+    assert "| 3 | 200 | random | 25 | 0.896 | 15.0 |" in text
+    assert "| 3 | 200 | bayes-fisher | 50 | 0.860 | 8.6 |" in text
+    assert "Not measured yet" in _heldout_text("winogrande", path)
+    assert "Not measured yet" in _heldout_text("arc", tmp_path / "absent.json")

@@ -50,6 +50,8 @@ DATA = ROOT.parent / "shared" / "data"
 MODELS = ROOT / "models"
 #: The largest shipped file (the repository stays small).
 MAX_FILE_BYTES = 10_000_000
+#: the held-out study's saved runs, read into each card
+HELDOUT_RESULTS = ROOT / "benchmarks" / "results" / "heldout_validation.json"
 #: Saved draws aimed at (``score``'s default ``max_draws``): thinning keeps at most these.
 TARGET_DRAWS = 1000
 #: Llms and items of the compaction check (score from a random subset of each llm's items).
@@ -444,6 +446,7 @@ def _card_markdown(c: dict[str, Any]) -> str:
     )
     compaction = _compaction_text(c.get("compaction"), c["thin"])
     loo = _loo_text(c.get("loo"))
+    heldout = _heldout_text(c.get("benchmark"))
     if not d["ok"]:
         status_note = (
             "\n**This fit did not converge.** It is shipped marked as such: `load_posterior` "
@@ -510,7 +513,7 @@ Sampling wall time {c["wall_seconds"]} s{" over every attempt" if c.get("attempt
 its chain workers) on a shared 2-core
 machine with 1-minute load average {c["load_average_1min"]} at the end of the fit;
 {build_line}bayes_microbench {c["package_version"]}, Python {c["python"]}.
-{compaction}{loo}"""
+{compaction}{loo}{heldout}"""
 
 
 def _attempts_text(attempts: list[dict[str, Any]]) -> str:
@@ -568,6 +571,61 @@ with the same calibration, seed 0):
 |---|---|---|
 {rows}
 """
+
+
+def _heldout_text(benchmark: str | None, results: Path = HELDOUT_RESULTS) -> str:
+    """The card's held-out section: the coverage of the default intervals on llms the
+    posterior never saw, from ``benchmarks/study_heldout_validation.py``'s saved runs."""
+    runs = []
+    if benchmark and results.is_file():
+        runs = [
+            r
+            for r in json.loads(results.read_text()).get("runs", [])
+            if r.get("settings", {}).get("benchmark") == benchmark
+        ]
+    head = "\n## Held-out coverage\n"
+    if not runs:
+        return (
+            f"{head}Not measured yet for this benchmark. `bayes-microbench validate --responses "
+            "DATA.csv` holds llms out, fits on the rest as `fit` does by default and reports the "
+            "coverage of `score`'s intervals on the held-out llms; "
+            "`benchmarks/study_heldout_validation.py` records it for the report.\n"
+        )
+    lines = [
+        head,
+        "The procedure that built this file (the default fit and its calibration), rerun "
+        "with llms held out and scored by default `score` on subsets of each design and size "
+        "(`benchmarks/study_heldout_validation.py`; the report has the MDAD and ranking "
+        "checks of the same runs). Coverage of the 90% interval of the full-benchmark "
+        "accuracy (target 0.85-0.95) and mean width in points:",
+        "",
+        "| seed | held out | design | n | coverage | width |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        st = r["settings"]
+        for row in r.get("scores", []):
+            lines.append(
+                f"| {st.get('random_seed')} | {st.get('held_out')} | {row['design']} | "
+                f"{row['n']} | {row['coverage']:.3f} | {100 * row['width']:.1f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def rewrite_cards(out_dir: Path = MODELS) -> list[str]:
+    """Re-render every card ``NAME.md`` from its ``NAME.json`` (and the held-out runs).
+
+    Why: the cards' held-out section changes when the study reruns; the fit need not.
+    """
+    from ..io import write_atomic
+
+    done = []
+    for facts_path in sorted(out_dir.glob("*.json")):
+        card = json.loads(facts_path.read_text())
+        text = _card_markdown(card)
+        write_atomic(facts_path.with_suffix(".md"), lambda tmp, text=text: tmp.write_text(text))
+        done.append(facts_path.stem)
+    return done
 
 
 def _loo_text(rows: list[dict[str, Any]] | None) -> str:
@@ -676,11 +734,19 @@ def main(argv: list[str] | None = None) -> int:
         help="also fit the default 1PL and compare the two by PSIS-LOO in the card",
     )
     parser.add_argument(
+        "--cards",
+        action="store_true",
+        help="only re-render every card from its NAME.json (e.g. after the held-out study reran)",
+    )
+    parser.add_argument(
         "--index",
         action="store_true",
         help="only rewrite the table of models/README.md from the files present",
     )
     args = parser.parse_args(argv)
+    if args.cards:
+        print(json.dumps(rewrite_cards()))
+        return 0
     if args.index:
         print(write_index())
         return 0
