@@ -413,20 +413,23 @@ class AdaptiveState:
 
         assert self._ref_draws is not None
         p_all, m, v = self._particles()
-        p = p_all[:, cand].astype(np.float64)
+        p = np.ascontiguousarray(p_all[:, cand], dtype=np.float32)  # (S, C)
         n_items = self.draws.n_items
         known = float(sum(self.answers.values()))
         ref_mean = float(self._ref_draws.mean()) * n_items
         ref_var = float(self._ref_draws.var()) * n_items**2
-        w = np.full(p.shape[0], 1.0 / p.shape[0])
-        rest_m = m[:, None] - p
-        sd = np.sqrt(np.maximum(v[:, None] - p * (1 - p) + ref_var + excess, 1e-9))
-        total = 0.0
-        for y, lik in ((1.0, p), (0.0, 1 - p)):
-            q = ndtr((known + y + rest_m - ref_mean) / sd)  # P(above | draw, answer)
-            above = w @ (lik * q)
-            below = w @ (lik * (1 - q))
-            total = total + np.minimum(above, below)
+        w = np.full(p.shape[0], 1.0 / p.shape[0], dtype=np.float32)
+        # float32 (S, C) arrays: the rule compares candidates, and halving the memory
+        # traffic halves the cost of a choice among MMLU-Pro's 12000 items
+        centre = (known + m - ref_mean).astype(np.float32)[:, None] - p  # rest + known - ref
+        var = (v + ref_var).astype(np.float32)[:, None] - p * (1 - p)
+        var += np.asarray(excess, dtype=np.float32)
+        inv_sd = 1.0 / np.sqrt(np.maximum(var, np.float32(1e-9)))
+        p_right = (w @ p).astype(np.float64)
+        # P(above | draw, answer) for a right (y = 1) and a wrong answer
+        above1 = (w @ (p * ndtr((centre + 1) * inv_sd))).astype(np.float64)
+        above0 = (w @ ((1 - p) * ndtr(centre * inv_sd))).astype(np.float64)
+        total = np.minimum(above1, p_right - above1) + np.minimum(above0, 1 - p_right - above0)
         return np.asarray(total)
 
     # ------------------------------------------------------------------ save / load
