@@ -31,6 +31,10 @@ MATRICES = {
         name: SHARED_DATA / "metabench-oll-v1" / f"{name}.csv"
         for name in ("arc", "mmlu", "gsm8k", "truthfulqa", "winogrande")
     },
+    **{
+        name: SHARED_DATA / "predictaboard-oll-v2" / f"{name}.csv"
+        for name in ("bbh", "mmlu-pro", "musr", "math-hard", "ifeval")
+    },
 }
 HEADER = """# Benchmark report
 
