@@ -76,10 +76,11 @@ import xarray as xr
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import ndtr
 
+from ._defaults import DEFAULT_CI_PROB
 from ._validate import check_positive_int, check_probability, preview
 from .exceptions import UserInputError
 from .population import Population
-from .scoring import DEFAULT_CI_PROB, DEFAULT_MAX_DRAWS, ItemDraws, item_draws
+from .scoring import DEFAULT_MAX_DRAWS, ItemDraws, item_draws
 
 logger = logging.getLogger(__name__)
 

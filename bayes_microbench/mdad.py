@@ -47,10 +47,11 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from ._defaults import STUDY_CI_PROB
+
 DEFAULT_THRESHOLD = 0.8
 DEFAULT_RESOLUTION = 0.5  # points
 DEFAULT_N_BOOT = 1000
-DEFAULT_CI_PROB = 0.95
 
 
 def check_threshold(value: object, name: str = "--threshold") -> float:
@@ -117,7 +118,7 @@ def bin_shares(
     *,
     resolution: float = DEFAULT_RESOLUTION,
     n_boot: int = DEFAULT_N_BOOT,
-    ci_prob: float = DEFAULT_CI_PROB,
+    ci_prob: float = STUDY_CI_PROB,
     random_seed: int | np.random.Generator | None = None,
 ) -> tuple[pd.DataFrame, np.ndarray]:
     """Per-bin share ranked correctly with its bootstrap interval.
@@ -208,7 +209,7 @@ def mdad_from_pairs(
     threshold: float = DEFAULT_THRESHOLD,
     resolution: float = DEFAULT_RESOLUTION,
     n_boot: int = DEFAULT_N_BOOT,
-    ci_prob: float = DEFAULT_CI_PROB,
+    ci_prob: float = STUDY_CI_PROB,
     random_seed: int | np.random.Generator | None = None,
 ) -> MdadResult:
     """The study's MDAD (points) with its bootstrap interval, from pairs.
@@ -226,7 +227,8 @@ def mdad_from_pairs(
     resolution
         Bin width in points (default 0.5).
     n_boot, ci_prob
-        Bootstrap resamples (default 1000) and interval probability (0.95).
+        Bootstrap resamples (default 1000) and interval probability
+        (:data:`~bayes_microbench._defaults.STUDY_CI_PROB`, the study's 0.95).
     random_seed
         Seed of the bootstrap.
 
@@ -333,7 +335,7 @@ def monotone_from_table(
     *,
     method: Literal["isotonic", "logistic"] = "logistic",
     threshold: float = DEFAULT_THRESHOLD,
-    ci_prob: float = DEFAULT_CI_PROB,
+    ci_prob: float = STUDY_CI_PROB,
 ) -> MdadResult:
     """:func:`monotone_mdad` from a :func:`bin_shares` table and its bootstrap draws."""
     gaps = table["gap"].to_numpy(dtype=np.float64)
@@ -382,7 +384,7 @@ def monotone_mdad(
     threshold: float = DEFAULT_THRESHOLD,
     resolution: float = DEFAULT_RESOLUTION,
     n_boot: int = DEFAULT_N_BOOT,
-    ci_prob: float = DEFAULT_CI_PROB,
+    ci_prob: float = STUDY_CI_PROB,
     random_seed: int | np.random.Generator | None = None,
 ) -> MdadResult:
     """MDAD from a monotone fitted P(correct | gap) curve (points).
