@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from .._defaults import seed_or_fresh
 from .._validate import check_positive_int
 from ..exceptions import ConfigurationError, ConvergenceWarning
 from ..responses import Responses
@@ -294,6 +295,9 @@ class IRTModel:
             NUTS settings; approximations use ``draws`` (times ``chains``) draws.
         random_seed
             Seed for the sampler and the approximations (same seed, same numbers).
+            ``None`` draws a fresh seed from the OS's entropy, logged at INFO and
+            recorded in :attr:`sampler` (saved with the posterior) and
+            ``fit_info["random_seed"]``, so the fit can be repeated.
         progressbar
             Show the sampler's progress bar.
         backend
@@ -353,7 +357,7 @@ class IRTModel:
             raise ConfigurationError(
                 f"adaptation must be one of {list(ADAPTATIONS)}, got {adaptation!r}"
             )
-        seed = 0 if random_seed is None else int(random_seed)
+        seed = int(seed_or_fresh(random_seed, "IRTModel.fit"))
         maxiter = check_positive_int(
             OPTIMIZER_ITERATIONS.get(method, 1)
             if optimizer_iterations is None
@@ -367,7 +371,7 @@ class IRTModel:
             draws=check_positive_int(draws, "draws"),
             tune=check_positive_int(tune, "tune", minimum=0),
             target_accept=target_accept,
-            random_seed=random_seed,
+            random_seed=seed,
             float32=float32,
         ).validate()
         if method == "nuts" and chains < 2:
@@ -436,6 +440,8 @@ class IRTModel:
         self.parameterization = parameterization
         self.sampler = sampler
         self.idata = self._assemble(raw, sample_stats, parameterization)
+        self.fit_info["random_seed"] = seed
+        self.fit_info["random_seed_drawn"] = random_seed is None
         if method != "nuts" and self.fit_info.get("converged") is False:
             msg = (
                 f"the {method} fit did not converge: the optimizer stopped with "
@@ -579,7 +585,9 @@ def fit_extending_draws(
     budget
         The most draws per chain (:data:`~bayes_microbench.irt.diagnostics.DRAWS_BUDGET`).
     **fit_kwargs
-        Passed to :meth:`IRTModel.fit` (``chains``, ``tune``, ``random_seed`` ...).
+        Passed to :meth:`IRTModel.fit` (``chains``, ``tune``, ``random_seed`` ...);
+        ``random_seed=None`` draws one fresh seed for every attempt (logged, and
+        recorded in ``fit_info``).
 
     Returns
     -------
@@ -593,6 +601,8 @@ def fit_extending_draws(
     :func:`~bayes_microbench.irt.diagnostics.more_draws`); a default fit should
     find out, within a stated budget, instead of failing on a near miss.
     """
+    drawn = fit_kwargs.get("random_seed") is None
+    fit_kwargs["random_seed"] = seed_or_fresh(fit_kwargs.get("random_seed"), "fit_extending_draws")
     tried: list[int] = []
     attempts: list[dict[str, Any]] = []
     wall = 0.0
@@ -631,6 +641,7 @@ def fit_extending_draws(
     fit.fit_info["draws_tried"] = tried
     fit.fit_info["attempts"] = attempts
     fit.fit_info["wall_seconds_all"] = round(wall, 3)
+    fit.fit_info["random_seed_drawn"] = drawn
     for w in caught:  # the last attempt's warnings, said once
         warnings.warn(w.message, w.category, stacklevel=2)
     return fit
