@@ -1,41 +1,15 @@
 """Minimum detectable ability difference (MDAD), as the study defines it, and a monotone variant.
 
-The study ("How Reliable is Language Model Micro-Benchmarking?", ICLR 2026;
-its ``mdad.py`` and ``make_tidy_results``) computes MDAD from pairs of target
-llms, each with its accuracy gap on the reference set and whether the
-micro-benchmark ranked the pair correctly:
+From pairs of llms (gap on the reference set, ranked correctly or not): bins of
+``resolution`` points floored as the study does (:func:`gap_bins`), each bin's share and
+its seeded bootstrap interval at ``STUDY_CI_PROB`` (:func:`bin_shares`), the first bin
+reaching the threshold with the study's symmetric max error (:func:`mdad_from_table`,
+:func:`mdad_from_pairs`); an MDAD not reached is ``reached = False`` with NaN, an
+unmeasurable upper bound NaN. :func:`monotone_mdad` reads it off a monotone curve
+(isotonic or logistic) instead.
 
-1. Bin each pair by its absolute gap floored to ``resolution`` points
-   (``floor(|d| * 200) / 200`` for 0.5 points, the same arithmetic as the
-   study, so bin edges match exactly).
-2. Per non-empty bin, the share ranked correctly and a 95% percentile
-   bootstrap interval (B = 1000 resamples of the bin's pairs; the quantiles
-   use numpy's default linear interpolation, as the study's ``np.quantile``).
-3. MDAD is the *first* bin, in increasing gap order, whose share reaches the
-   threshold (>= 0.8); the study does not require the curve to stay above it.
-4. Its interval: ``u`` is the first bin whose bootstrap *upper* bound reaches
-   the threshold, ``l`` the first whose *lower* bound does; the error is the
-   larger of ``mdad - u`` and ``l - mdad``, applied on both sides (the study's
-   "symmetric max error").
-
-Where we differ, on purpose, and say so:
-
-- No bin reaches the threshold: the study silently reports 0.5 (50 points).
-  We report ``reached = False`` with NaN for MDAD and both bounds.
-- The point is reached but no bin's lower bound is: the study's upper bound
-  would be built from that same 0.5 default. We report an open interval:
-  ``upper = NaN`` and ``lower = mdad - (mdad - u)``, the one side we can measure.
-- The lower bound is clipped at 0 (a gap cannot be negative).
-- The bootstrap is seeded. For 0/1 outcomes the mean of a resample of ``k``
-  pairs with ``s`` correct is exactly ``Binomial(k, s/k) / k`` in distribution,
-  which is how we draw it (vectorized over bins); for fractional outcomes
-  (expected agreements from :mod:`bayes_microbench.analytic`) it is
-  parametric: normal with the bin mean's standard error.
-
-The study's first-crossing rule is not monotone: one noisy bin above the
-threshold decides. :func:`monotone_mdad` fits a monotone P(correct | gap)
-curve instead (isotonic regression, or a logistic in the gap) and reads off
-where it crosses the threshold, so users can see both.
+Why: docs/decisions/0018-mdad-as-the-study-defines-it.md (the study's steps, where and
+why we differ).
 """
 
 from __future__ import annotations

@@ -328,17 +328,9 @@ class IRTModel:
             ``"draw_diag"`` with the ``"decoupled"`` parameterization, else
             ``"diag"``. ``"draw_diag"`` is the diagonal of the draws' variances
             (as in Stan and PyMC), ``"diag"`` nutpie's own (draw and gradient
-            variances), ``"low_rank"`` nutpie's low-rank correction. On GPQA
-            ``"draw_diag"`` needed more leapfrog steps per draw than ``"diag"``
-            but reached a far higher worst-case ESS (items with discrimination
-            near 0 have skewed posteriors that need the wider steps;
-            ``benchmarks/bench_irt_sampling.py``); on a 40 x 50 test matrix
-            (non-centered) it gave occasional divergences after 150 tuning
-            steps where ``"diag"`` gave none. ``"low_rank"`` on GPQA (2PL,
-            truncated normal, seed 0, by hand) took 267-302 s instead of
-            about 50 s (with nutpie's eigenvalue cutoff at 3, 254-276 s of
-            each chain went to warm-up) and mixed worse (R-hat 1.013-1.016,
-            bulk ESS 369-530; benchmark report).
+            variances), ``"low_rank"`` nutpie's low-rank correction. Why
+            ``"draw_diag"`` for the decoupled form, and what ``"low_rank"`` cost:
+            docs/decisions/0013-decoupled-parameterization-for-nuts.md.
 
         Raises
         ------
