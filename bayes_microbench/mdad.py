@@ -28,7 +28,7 @@ DEFAULT_RESOLUTION = 0.5  # points
 DEFAULT_N_BOOT = 1000
 
 
-def check_threshold(value: object, name: str = "--threshold") -> float:
+def check_threshold(value: object, name: str = "threshold") -> float:
     """The ranking-probability threshold of an MDAD, checked to lie strictly in (0.5, 1).
 
     Parameters
