@@ -40,9 +40,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._defaults import DEFAULT_CI_PROB
 from .exceptions import UserInputError
 from .scoring import (
-    DEFAULT_CI_PROB,
     ItemDraws,
     Misfit,
     ability_grid,

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.special import gammaln
 
+from ._defaults import STUDY_CI_PROB
 from .exceptions import UserInputError
 
 logger = logging.getLogger(__name__)
@@ -249,7 +250,7 @@ def analytic_mdad(
     threshold: float = 0.8,
     resolution: float = 0.5,
     n_boot: int = 1000,
-    ci_prob: float = 0.95,
+    ci_prob: float = STUDY_CI_PROB,
     random_seed: int | np.random.Generator | None = None,
 ) -> list[dict[str, float | int | bool]]:
     """The MDAD of uniform random selection from the exact per-pair probabilities.
@@ -260,7 +261,9 @@ def analytic_mdad(
     (:func:`bayes_microbench.mdad.mdad_from_pairs`). The interval reflects only
     which pairs were drawn (a parametric bootstrap of each bin's mean: normal
     with its standard error, pairs treated as independent, so it is narrow),
-    not the item sampling, which is integrated out exactly.
+    not the item sampling, which is integrated out exactly. ``ci_prob`` defaults to
+    the study's 95% (:data:`~bayes_microbench._defaults.STUDY_CI_PROB`), as the
+    protocol's exact random rows (:func:`bayes_microbench.protocol.analytic_rows`).
 
     Returns
     -------

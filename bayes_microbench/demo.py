@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._defaults import DEFAULT_CI_PROB, percent
 from ._outputs import REPORT_FILES, output_set
 
 logger = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ def run_demo(
     tables = {"mdad.csv": mdad, "curves.csv": curves, "scores.csv": scores, "plan.csv": plan_table}
     figures = {
         "figures/mdad_vs_n": lambda: plots.plot_mdad_vs_n(
-            mdad, title="Bayesian MDAD by design (90% intervals)"
+            mdad, title=f"Bayesian MDAD by design ({percent(DEFAULT_CI_PROB)} intervals)"
         ),
         "figures/ranking_curve_random": lambda: plots.plot_ranking_curve(
             curves[curves["selector"] == "random"],

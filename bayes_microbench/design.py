@@ -76,10 +76,11 @@ import xarray as xr
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import ndtr
 
+from ._defaults import DEFAULT_CI_PROB, seed_or_fresh
 from ._validate import check_positive_int, check_probability, preview
 from .exceptions import UserInputError
 from .population import Population
-from .scoring import DEFAULT_CI_PROB, DEFAULT_MAX_DRAWS, ItemDraws, item_draws
+from .scoring import DEFAULT_MAX_DRAWS, ItemDraws, item_draws
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ def replicated_design(
 def _entropy(seed: Any) -> int:
     if isinstance(seed, np.random.Generator):
         return int(seed.integers(2**63))
-    return 0 if seed is None else int(seed)
+    return int(seed_or_fresh(seed, "design"))
 
 
 def _check_sizes(sizes: Sequence[int], n_bench: int) -> tuple[int, ...]:
@@ -603,6 +604,7 @@ def design_curves(
         (chain, draw, n_items), ``reached`` (n_items). Gaps and MDAD in points.
     """
     ci = DEFAULT_CI_PROB if ci_prob is None else check_probability(ci_prob, "ci_prob")
+    random_seed = seed_or_fresh(random_seed, "design_curves")
     thr = check_probability(threshold, "threshold", open_low=0.5)
     gap_grid = DEFAULT_GAPS if gaps is None else np.asarray(gaps, dtype=np.float64)
     if gap_grid.ndim != 1 or len(gap_grid) == 0 or (np.diff(gap_grid) <= 0).any():
@@ -974,6 +976,7 @@ def plan(
         population produces pairs that far apart.
     """
     ci = DEFAULT_CI_PROB if ci_prob is None else check_probability(ci_prob, "ci_prob")
+    random_seed = seed_or_fresh(random_seed, "plan")
     p_thr = check_probability(prob, "prob", open_low=0.5)
     d = float(delta)
     if not 0 < d <= 100:

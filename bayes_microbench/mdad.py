@@ -1,41 +1,15 @@
 """Minimum detectable ability difference (MDAD), as the study defines it, and a monotone variant.
 
-The study ("How Reliable is Language Model Micro-Benchmarking?", ICLR 2026;
-its ``mdad.py`` and ``make_tidy_results``) computes MDAD from pairs of target
-llms, each with its accuracy gap on the reference set and whether the
-micro-benchmark ranked the pair correctly:
+From pairs of llms (gap on the reference set, ranked correctly or not): bins of
+``resolution`` points floored as the study does (:func:`gap_bins`), each bin's share and
+its seeded bootstrap interval at ``STUDY_CI_PROB`` (:func:`bin_shares`), the first bin
+reaching the threshold with the study's symmetric max error (:func:`mdad_from_table`,
+:func:`mdad_from_pairs`); an MDAD not reached is ``reached = False`` with NaN, an
+unmeasurable upper bound NaN. :func:`monotone_mdad` reads it off a monotone curve
+(isotonic or logistic) instead.
 
-1. Bin each pair by its absolute gap floored to ``resolution`` points
-   (``floor(|d| * 200) / 200`` for 0.5 points, the same arithmetic as the
-   study, so bin edges match exactly).
-2. Per non-empty bin, the share ranked correctly and a 95% percentile
-   bootstrap interval (B = 1000 resamples of the bin's pairs; the quantiles
-   use numpy's default linear interpolation, as the study's ``np.quantile``).
-3. MDAD is the *first* bin, in increasing gap order, whose share reaches the
-   threshold (>= 0.8); the study does not require the curve to stay above it.
-4. Its interval: ``u`` is the first bin whose bootstrap *upper* bound reaches
-   the threshold, ``l`` the first whose *lower* bound does; the error is the
-   larger of ``mdad - u`` and ``l - mdad``, applied on both sides (the study's
-   "symmetric max error").
-
-Where we differ, on purpose, and say so:
-
-- No bin reaches the threshold: the study silently reports 0.5 (50 points).
-  We report ``reached = False`` with NaN for MDAD and both bounds.
-- The point is reached but no bin's lower bound is: the study's upper bound
-  would be built from that same 0.5 default. We report an open interval:
-  ``upper = NaN`` and ``lower = mdad - (mdad - u)``, the one side we can measure.
-- The lower bound is clipped at 0 (a gap cannot be negative).
-- The bootstrap is seeded. For 0/1 outcomes the mean of a resample of ``k``
-  pairs with ``s`` correct is exactly ``Binomial(k, s/k) / k`` in distribution,
-  which is how we draw it (vectorized over bins); for fractional outcomes
-  (expected agreements from :mod:`bayes_microbench.analytic`) it is
-  parametric: normal with the bin mean's standard error.
-
-The study's first-crossing rule is not monotone: one noisy bin above the
-threshold decides. :func:`monotone_mdad` fits a monotone P(correct | gap)
-curve instead (isotonic regression, or a logistic in the gap) and reads off
-where it crosses the threshold, so users can see both.
+Why: docs/decisions/0018-mdad-as-the-study-defines-it.md (the study's steps, where and
+why we differ).
 """
 
 from __future__ import annotations
@@ -47,13 +21,14 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from ._defaults import STUDY_CI_PROB
+
 DEFAULT_THRESHOLD = 0.8
 DEFAULT_RESOLUTION = 0.5  # points
 DEFAULT_N_BOOT = 1000
-DEFAULT_CI_PROB = 0.95
 
 
-def check_threshold(value: object, name: str = "--threshold") -> float:
+def check_threshold(value: object, name: str = "threshold") -> float:
     """The ranking-probability threshold of an MDAD, checked to lie strictly in (0.5, 1).
 
     Parameters
@@ -117,7 +92,7 @@ def bin_shares(
     *,
     resolution: float = DEFAULT_RESOLUTION,
     n_boot: int = DEFAULT_N_BOOT,
-    ci_prob: float = DEFAULT_CI_PROB,
+    ci_prob: float = STUDY_CI_PROB,
     random_seed: int | np.random.Generator | None = None,
 ) -> tuple[pd.DataFrame, np.ndarray]:
     """Per-bin share ranked correctly with its bootstrap interval.
@@ -208,7 +183,7 @@ def mdad_from_pairs(
     threshold: float = DEFAULT_THRESHOLD,
     resolution: float = DEFAULT_RESOLUTION,
     n_boot: int = DEFAULT_N_BOOT,
-    ci_prob: float = DEFAULT_CI_PROB,
+    ci_prob: float = STUDY_CI_PROB,
     random_seed: int | np.random.Generator | None = None,
 ) -> MdadResult:
     """The study's MDAD (points) with its bootstrap interval, from pairs.
@@ -226,7 +201,8 @@ def mdad_from_pairs(
     resolution
         Bin width in points (default 0.5).
     n_boot, ci_prob
-        Bootstrap resamples (default 1000) and interval probability (0.95).
+        Bootstrap resamples (default 1000) and interval probability
+        (:data:`~bayes_microbench._defaults.STUDY_CI_PROB`, the study's 0.95).
     random_seed
         Seed of the bootstrap.
 
@@ -333,7 +309,7 @@ def monotone_from_table(
     *,
     method: Literal["isotonic", "logistic"] = "logistic",
     threshold: float = DEFAULT_THRESHOLD,
-    ci_prob: float = DEFAULT_CI_PROB,
+    ci_prob: float = STUDY_CI_PROB,
 ) -> MdadResult:
     """:func:`monotone_mdad` from a :func:`bin_shares` table and its bootstrap draws."""
     gaps = table["gap"].to_numpy(dtype=np.float64)
@@ -382,7 +358,7 @@ def monotone_mdad(
     threshold: float = DEFAULT_THRESHOLD,
     resolution: float = DEFAULT_RESOLUTION,
     n_boot: int = DEFAULT_N_BOOT,
-    ci_prob: float = DEFAULT_CI_PROB,
+    ci_prob: float = STUDY_CI_PROB,
     random_seed: int | np.random.Generator | None = None,
 ) -> MdadResult:
     """MDAD from a monotone fitted P(correct | gap) curve (points).

@@ -72,6 +72,7 @@ import pandas as pd
 import xarray as xr
 from scipy.special import ndtri
 
+from ._defaults import DEFAULT_CI_PROB  # re-exported: scoring.DEFAULT_CI_PROB
 from ._validate import check_positive_int, check_probability, preview
 from .exceptions import UserInputError
 from .population import Population
@@ -84,9 +85,6 @@ class FewDrawsError(UserInputError):
 
 logger = logging.getLogger(__name__)
 
-#: The default probability of every credible / confidence interval of this
-#: package's design and scoring tools (one place; pass ``ci_prob=`` to change it).
-DEFAULT_CI_PROB = 0.9
 #: Default number of posterior draws used (evenly thinned across chains).
 DEFAULT_MAX_DRAWS = 1000
 #: Ability quadrature grid: ``N_GRID`` points evenly spaced on ``[-GRID_LIMIT, GRID_LIMIT]``.

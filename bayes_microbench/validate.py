@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._defaults import DEFAULT_CI_PROB
 from ._validate import check_positive_int, preview
 from .exceptions import ConvergenceWarning, DroppedDataWarning, UserInputError
 from .responses import Responses
@@ -273,7 +274,7 @@ def validate(
     """
     from .design import design_curves, fixed_design
     from .mdad import mdad_from_pairs, monotone_mdad
-    from .scoring import DEFAULT_CI_PROB, item_draws, score
+    from .scoring import item_draws, score
 
     designs_t, sizes_t = _check_settings(responses, designs, sizes, held_out, splits)
     n_replicates = check_positive_int(n_replicates, "n_replicates")

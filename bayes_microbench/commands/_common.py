@@ -15,13 +15,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .._defaults import MAX_SEED
 from .._validate import check_output_path
 
 #: The largest count a flag accepts (draws, chains, sizes, runs ...): int32, which
 #: every array library indexes without overflow.
 MAX_COUNT = 2**31 - 1
-#: The largest seed: numpy, JAX and the samplers all take a 32-bit unsigned seed.
-MAX_SEED = 2**32 - 1
 
 
 def whole_number(minimum: int, maximum: int = MAX_COUNT) -> Callable[[str], int]:

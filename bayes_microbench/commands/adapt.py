@@ -24,6 +24,7 @@ import argparse
 import json
 from typing import Any
 
+from .._defaults import DEFAULT_CI_PROB, DEFAULT_RANK_PROB
 from ..exceptions import UserInputError
 from ._common import (
     GAP_POINTS,
@@ -60,7 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--width", type=GAP_POINTS, default=2.0, help="accuracy goal: interval width, points"
     )
     p.add_argument(
-        "--prob", type=PROBABILITY, default=None, help="interval probability / rank certainty"
+        "--prob",
+        type=PROBABILITY,
+        default=None,
+        help=f"accuracy goal: interval probability (default {DEFAULT_CI_PROB:g}); "
+        f"rank goal: certainty to stop (default {DEFAULT_RANK_PROB:g})",
     )
     p.add_argument("--batch", type=POSITIVE_INT, default=1, help="items per step (default 1)")
     p.add_argument("--budget", type=POSITIVE_INT, default=200, help="most items (default 200)")
@@ -144,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
     if args.replay is not None and args.state is not None:
         raise UserInputError("--state resumes one run; it does not go with --replay")
     posterior, misfit = read_posterior_file(args.posterior)
-    prob = args.prob if args.prob is not None else (0.95 if args.goal == "rank" else 0.9)
+    default = DEFAULT_RANK_PROB if args.goal == "rank" else DEFAULT_CI_PROB
+    prob = args.prob if args.prob is not None else default
     settings = Settings(
         goal=args.goal,
         width=args.width / 100,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from .._defaults import DEFAULT_CI_PROB, percent
 from ._common import POSITIVE_INT, add_output_flags, add_seed, check_output_folder, print_json
 
 
@@ -75,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"Posterior: {res.source}")
     print()
-    print("Bayesian MDAD (accuracy points, 90% interval): the smallest full-benchmark gap a")
+    print(
+        f"Bayesian MDAD (accuracy points, {percent(DEFAULT_CI_PROB)} interval): the smallest "
+        "full-benchmark gap a"
+    )
     print("micro-benchmark ranks correctly with probability >= 0.8")
     table = res.mdad.assign(
         cell=[
@@ -90,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     width_b = (sc["accuracy_upper"] - sc["accuracy_lower"]).mean() * 100
     width_w = (sc["wilson_upper"] - sc["wilson_lower"]).mean() * 100
     print(
-        f"Scoring {len(sc)} simulated new llms from 50 random items each: 90% credible intervals "
+        f"Scoring {len(sc)} simulated new llms from 50 random items each: "
+        f"{percent(DEFAULT_CI_PROB)} credible intervals "
         f"{width_b:.1f} points wide on average (Wilson {width_w:.1f}), covering the true "
         f"full-benchmark accuracy for {inside:.0%} of them."
     )
@@ -100,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
         f"(true {first['true_accuracy'] * 100:.1f})"
     )
     print()
-    print("Items needed to rank a pair correctly with probability 0.8 (90% interval):")
+    print(
+        "Items needed to rank a pair correctly with probability 0.8 "
+        f"({percent(DEFAULT_CI_PROB)} interval):"
+    )
     pl = res.plan.assign(
         cell=[
             _fmt(lo, m, hi).replace(".0", "")

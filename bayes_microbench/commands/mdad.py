@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .._defaults import DEFAULT_CI_PROB
 from ._common import (
     POSITIVE_INT,
     PROBABILITY,
@@ -54,7 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--threshold", type=RANKING_THRESHOLD, default=0.8, help="P(correct) for MDAD (0.8)"
     )
     p.add_argument(
-        "--ci-prob", type=PROBABILITY, default=None, help="interval probability (default 0.9)"
+        "--ci-prob",
+        type=PROBABILITY,
+        default=DEFAULT_CI_PROB,
+        help=f"interval probability (default {DEFAULT_CI_PROB:g})",
     )
     p.add_argument(
         "--source",

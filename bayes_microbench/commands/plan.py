@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from .._defaults import DEFAULT_CI_PROB
 from ._common import (
     GAP_POINTS,
     POSITIVE_INT,
@@ -41,7 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--selector", default="random", help="random (default), bayes-ranking or any selector"
     )
     p.add_argument(
-        "--ci-prob", type=PROBABILITY, default=None, help="interval probability (default 0.9)"
+        "--ci-prob",
+        type=PROBABILITY,
+        default=DEFAULT_CI_PROB,
+        help=f"interval probability (default {DEFAULT_CI_PROB:g})",
     )
     p.add_argument(
         "--max-draws", type=POSITIVE_INT, default=1000, help="posterior draws used (default 1000)"

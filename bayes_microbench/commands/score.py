@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import warnings
 
+from .._defaults import DEFAULT_CI_PROB
 from ._common import (
     POSITIVE_INT,
     PROBABILITY,
@@ -43,7 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_posterior(p)
     add_responses(p)
     p.add_argument(
-        "--ci-prob", type=PROBABILITY, default=None, help="interval probability (default 0.9)"
+        "--ci-prob",
+        type=PROBABILITY,
+        default=DEFAULT_CI_PROB,
+        help=f"interval probability (default {DEFAULT_CI_PROB:g})",
     )
     p.add_argument(
         "--max-draws", type=POSITIVE_INT, default=1000, help="posterior draws used (default 1000)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from .._defaults import DEFAULT_CI_PROB
 from ._common import (
     POSITIVE_INT,
     PROBABILITY,
@@ -57,7 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="random subsets per size of the random design (default 10)",
     )
     p.add_argument(
-        "--ci-prob", type=PROBABILITY, default=None, help="interval probability (default 0.9)"
+        "--ci-prob",
+        type=PROBABILITY,
+        default=DEFAULT_CI_PROB,
+        help=f"interval probability (default {DEFAULT_CI_PROB:g})",
     )
     p.add_argument("--output", metavar="PATH", default=None, help="write the tables as JSON")
     add_seed(p)

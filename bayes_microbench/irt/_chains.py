@@ -1,22 +1,14 @@
 """nutpie's NUTS chains, in forked worker processes pinned to one CPU core each.
 
-nutpie runs the chains of one call as threads of one process, each calling the
-JAX-compiled log density. XLA's CPU runtime keeps helper threads busy around
-every call: on GPQA (420 x 448) one log-density-and-gradient call costs about
-1.0 ms of CPU when its process is pinned to one core, but 1.5-2 ms of CPU
-otherwise, so two chains on two cores slow each other down. Two single-chain
-processes pinned to a core each ran 2 x (400 + 400) iterations in 26 s, against
-39 s for the same two chains as threads of one process (measured by hand on the
-project's 2-core machine; the end-to-end figures are in
-``benchmarks/bench_irt_sampling.py``'s report).
+:func:`nutpie_in_workers` forks one worker per share of the chains (each seeded from
+``numpy.random.SeedSequence(seed)``) and gathers their draws and sample statistics;
+:func:`worker_count` returns 1 (threads in one process) once JAX has started in the
+process, or off Linux. The two paths give other draws for the same seed, each
+reproducible. :func:`lean_logp` gives nutpie a callback returning value and gradient as
+one array.
 
-A worker is forked (cheap: it inherits the parent's imports and the built PyMC
-model, so nothing is pickled on the way in) and sends back its raw draws and
-sample statistics as numpy arrays. Forking a process whose JAX runtime has already
-started is unsafe, so :func:`worker_count` returns 1 in that case (and off
-Linux), and the caller runs the chains as threads instead. The two paths seed
-their chains differently: each is reproducible for a given seed, but the same
-seed gives other draws on the other path.
+Why: docs/decisions/0017-chains-in-pinned-worker-processes.md (26 s against 39 s for two
+chains on two cores; XLA's helper threads).
 """
 
 from __future__ import annotations
@@ -102,10 +94,8 @@ def lean_logp(compiled: Any) -> Any:
     nutpie's own JAX callback converts the value and the gradient to numpy
     separately (two device-to-host transfers and two syncs per call). This one
     jits the value and the gradient into one array of the sampling dtype and
-    converts it once: the same numbers, with less overhead per call. On GPQA's
-    2PL (measured by hand, one pinned core, 40 interleaved rounds of 100 calls)
-    a call took 0.88 ms against nutpie's 0.96 ms (lower quartiles; medians 1.06
-    against 1.15 ms). A model nutpie compiled otherwise (shared data, no raw JAX
+    converts it once: the same numbers, with less overhead per call (measured:
+    docs/decisions/0017). A model nutpie compiled otherwise (shared data, no raw JAX
     function, another nutpie layout) is returned unchanged.
     """
     import dataclasses

@@ -1,48 +1,16 @@
 """The dense float32 2PL (and fixed-floor 3PL) likelihood as one compiled pass, called by XLA.
 
-XLA compiles :class:`~bayes_microbench.irt._likelihood.BernoulliLogit2PLLogLik`'s
-JAX kernel into several passes over the llm x item cells: it writes ``eta``,
-the sigmoid and the per-cell derivative to memory as full matrices and reads
-them back for each reduction. On GPQA (420 x 448) that costs about 0.6 ms per
-value-and-gradient call on one core of this project's machine, most of a NUTS
-gradient (about 1 ms for the 3PL). This module computes the same sum and its
-gradients in one pass over the cells, in a Numba kernel that LLVM vectorizes,
-and hands it to XLA as a typed FFI custom call, so that the jitted log density
-calls it with no Python in between: 0.22 ms per call on GPQA against XLA's
-0.56 ms, and 0.32 ms against 0.94 ms for the 3PL with floors 1/4 (medians, one
-pinned core, measured by hand; ``benchmarks/bench_irt_sampling.py`` has the
-end-to-end figures).
+A Numba kernel computes the value and the gradients in one pass over the cells (rational
+``tanh`` sigmoid, logs of running products over blocks of :data:`BLOCK` llms, float64
+totals; the 3PL with constant floors of at least :data:`MIN_FLOOR`), behind a typed XLA
+FFI handler that reads XLA's call frame (FFI C API, major version 0) and answers its
+metadata query. :func:`available` registers it and checks it against numpy once per
+sampling process; :func:`dense_2pl` calls it. Importing this module compiles the kernels
+(cached on disk). A failed check or ``BAYES_MICROBENCH_FFI_KERNEL=0`` keeps XLA's own
+kernel; a frame that does not match the expected float32 buffers gets a NaN value.
 
-Per cell the kernel evaluates ``sigmoid(eta) = (1 + tanh(eta / 2)) / 2`` with a
-rational ``tanh`` (the float32 approximation Eigen and XLA use) and
-``y * eta - softplus(eta) = y * eta - max(eta, 0) + log sigmoid(|eta|)``, the
-logs taken as running products over blocks of :data:`BLOCK` llms (each factor
-lies in [1/2, 1], so a block's product stays a normal float32): one ``log`` per
-block and item instead of one per cell. The block's item sums are added to
-float64 totals, so the value and the item gradients are at least as accurate as
-XLA's (against float64 on GPQA-sized random parameters, by hand: value error
-0.001 against XLA's 0.017, largest gradient error 3e-5 against 2e-4). The 3PL
-(``P = c + (1 - c) * sigmoid(eta)`` with constant floors ``c`` of at least
-:data:`MIN_FLOOR`) puts a correct cell's ``P`` (at least ``c``) in the product
-and shortens the blocks so that it cannot underflow; its value and gradients
-agree with float64 as closely as XLA's (by hand: value error 0.004 for both,
-largest gradient error 5e-5 against 1.2e-4).
-
-Importing this module compiles the kernels (Numba, cached on disk after the
-first time). :func:`available` registers the handler with XLA and checks it
-against numpy once per process. It must run in the process that samples, since
-the check starts JAX's CPU runtime, which a process that will fork chain
-workers must not do (see :mod:`._chains`). When anything fails, or when the
-environment sets ``BAYES_MICROBENCH_FFI_KERNEL=0``, the JAX kernel keeps its
-plain XLA form, which gives the same numbers to float32 rounding.
-
-The handler reads XLA's call frame by the layout of the XLA FFI C API, major
-version 0 (header ``xla/ffi/api/c_api.h`` shipped with jaxlib), and answers
-XLA's metadata query with the runtime's own API version. It reads only float32
-buffers of the shapes :func:`dense_2pl` passes: ``theta`` (n), ``a`` (m), ``e``
-(m), for the 3PL ``c`` (m), then ``y`` (n, m) and ``w`` (n, m) of 0/1 or a
-scalar; a frame that does not match gets a NaN value, which the check (and a
-sampler) sees.
+Why: docs/decisions/0016-likelihood-kernels.md (0.22 ms against XLA's 0.56 ms per call on
+GPQA, and the accuracy against float64).
 """
 
 from __future__ import annotations

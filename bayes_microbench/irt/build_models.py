@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._defaults import DEFAULT_CI_PROB, percent
 from ..shipped import BENCHMARKS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -459,6 +460,7 @@ def _card_markdown(c: dict[str, Any]) -> str:
         status_note = ""
     item_vars = ", ".join(f"`{k}`" for k in c["item_parameters"])
     subtask_vars = ", ".join(f"`{k}`" for k in c["subtask_parameters"])
+    ci = percent(DEFAULT_CI_PROB)
     return f"""# Model card: `{c["name"]}`
 
 Rebuild: `.venv/bin/python -m bayes_microbench.irt.build_models {c["name"]}` (from the repository root).
@@ -497,7 +499,7 @@ otherwise; see `bayes_microbench/irt/model.py`),
 ## Posterior predictive checks ({p["draws_used"]} draws)
 - per-llm accuracy: {p["llm_accuracy_ppp_outside_5_95"]} of {p["n_llms"]} llms with a p-value outside [0.05, 0.95]; mean |observed - predicted| = {p["llm_accuracy_mean_abs_error"]:.4f}
 - per-item proportion correct: {p["item_p_correct_ppp_outside_5_95"]} of {p["n_items"]} items outside [0.05, 0.95]; mean |observed - predicted| = {p["item_p_correct_mean_abs_error"]:.4f}
-- raw-score distribution: sd observed {p["raw_score_sd_observed"]:.2f}, p-value {p["raw_score_sd_ppp"]:.2f}; {100 * p["sorted_raw_scores_inside_interval"]:.0f}% of the sorted raw scores inside their 90% predictive band
+- raw-score distribution: sd observed {p["raw_score_sd_observed"]:.2f}, p-value {p["raw_score_sd_ppp"]:.2f}; {100 * p["sorted_raw_scores_inside_interval"]:.0f}% of the sorted raw scores inside their {ci} predictive band
 
 ## Calibration
 The file carries a `calibration` group: the split-conformal recalibration of the
@@ -552,6 +554,7 @@ def _compaction_text(comp: dict[str, Any] | None, thin: int) -> str:
             strict=True,
         )
     )
+    ci = percent(DEFAULT_CI_PROB)
     return f"""
 ## What thinning changes
 The file keeps 1 draw in {thin} ({comp["thinned_draws"]} of {comp["full_draws"]}). Measured
@@ -560,14 +563,14 @@ with the same calibration, seed 0):
 
 - `score`: {comp["llms"]} of the fitted llms, each observed on a random {comp["observed_items"]} of
   its items, scored with all draws of each file: the posterior mean moved by at most
-  {comp["score_mean_max_abs_diff_points"]} accuracy points and the 90% bounds by at most
+  {comp["score_mean_max_abs_diff_points"]} accuracy points and the {ci} bounds by at most
   {comp["score_bound_max_abs_diff_points"]} (mean interval width with all draws
   {comp["score_width_full_points"]} points).
 - `mdad` (random designs of {sizes} items, the saved population): MDAD moved by at most
-  {comp["mdad_max_abs_diff_points"]} points and its 90% band's ends by at most
+  {comp["mdad_max_abs_diff_points"]} points and its {ci} band's ends by at most
   {comp["mdad_band_max_abs_diff_points"]}:
 
-| n | MDAD, all draws [90% band] | MDAD, shipped draws [90% band] |
+| n | MDAD, all draws [{ci} band] | MDAD, shipped draws [{ci} band] |
 |---|---|---|
 {rows}
 """

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from .._defaults import DEFAULT_CI_PROB
 from ..exceptions import ConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -107,9 +108,10 @@ def _ppp(rep: np.ndarray, obs: np.ndarray) -> np.ndarray:
 class PPCResult:
     """Posterior predictive checks: per-llm, per-item and raw-score statistics.
 
-    ``llm`` and ``item`` hold observed values, predictive means, 90% predictive
-    intervals (dim ``ci_bound``) and mid p-values (``ppp``); ``scores`` holds
-    the raw-score distribution checks. ``summary`` is JSON-ready.
+    ``llm`` and ``item`` hold observed values, predictive means, predictive
+    intervals at ``ci_prob`` (dim ``ci_bound``; default 90%) and mid p-values
+    (``ppp``); ``scores`` holds the raw-score distribution checks. ``summary`` is
+    JSON-ready.
     """
 
     llm: xr.Dataset
@@ -119,7 +121,7 @@ class PPCResult:
 
 
 def posterior_predictive_check(
-    fit: Any, *, max_draws: int = 400, ci_prob: float = 0.9, random_seed: int | None = 0
+    fit: Any, *, max_draws: int = 400, ci_prob: float = DEFAULT_CI_PROB, random_seed: int | None = 0
 ) -> PPCResult:
     """Replicate the response matrix from the posterior and compare it with the data.
 
@@ -130,7 +132,7 @@ def posterior_predictive_check(
     max_draws
         Posterior draws used (thinned evenly).
     ci_prob
-        Probability of the predictive intervals.
+        Probability of the predictive intervals (default :data:`DEFAULT_CI_PROB`).
     random_seed
         Seed of the replicated responses.
 

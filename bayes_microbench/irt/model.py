@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from .._defaults import seed_or_fresh
 from .._validate import check_positive_int
 from ..exceptions import ConfigurationError, ConvergenceWarning
 from ..responses import Responses
@@ -294,6 +295,9 @@ class IRTModel:
             NUTS settings; approximations use ``draws`` (times ``chains``) draws.
         random_seed
             Seed for the sampler and the approximations (same seed, same numbers).
+            ``None`` draws a fresh seed from the OS's entropy, logged at INFO and
+            recorded in :attr:`sampler` (saved with the posterior) and
+            ``fit_info["random_seed"]``, so the fit can be repeated.
         progressbar
             Show the sampler's progress bar.
         backend
@@ -324,17 +328,9 @@ class IRTModel:
             ``"draw_diag"`` with the ``"decoupled"`` parameterization, else
             ``"diag"``. ``"draw_diag"`` is the diagonal of the draws' variances
             (as in Stan and PyMC), ``"diag"`` nutpie's own (draw and gradient
-            variances), ``"low_rank"`` nutpie's low-rank correction. On GPQA
-            ``"draw_diag"`` needed more leapfrog steps per draw than ``"diag"``
-            but reached a far higher worst-case ESS (items with discrimination
-            near 0 have skewed posteriors that need the wider steps;
-            ``benchmarks/bench_irt_sampling.py``); on a 40 x 50 test matrix
-            (non-centered) it gave occasional divergences after 150 tuning
-            steps where ``"diag"`` gave none. ``"low_rank"`` on GPQA (2PL,
-            truncated normal, seed 0, by hand) took 267-302 s instead of
-            about 50 s (with nutpie's eigenvalue cutoff at 3, 254-276 s of
-            each chain went to warm-up) and mixed worse (R-hat 1.013-1.016,
-            bulk ESS 369-530; benchmark report).
+            variances), ``"low_rank"`` nutpie's low-rank correction. Why
+            ``"draw_diag"`` for the decoupled form, and what ``"low_rank"`` cost:
+            docs/decisions/0013-decoupled-parameterization-for-nuts.md.
 
         Raises
         ------
@@ -353,7 +349,7 @@ class IRTModel:
             raise ConfigurationError(
                 f"adaptation must be one of {list(ADAPTATIONS)}, got {adaptation!r}"
             )
-        seed = 0 if random_seed is None else int(random_seed)
+        seed = int(seed_or_fresh(random_seed, "IRTModel.fit"))
         maxiter = check_positive_int(
             OPTIMIZER_ITERATIONS.get(method, 1)
             if optimizer_iterations is None
@@ -367,7 +363,7 @@ class IRTModel:
             draws=check_positive_int(draws, "draws"),
             tune=check_positive_int(tune, "tune", minimum=0),
             target_accept=target_accept,
-            random_seed=random_seed,
+            random_seed=seed,
             float32=float32,
         ).validate()
         if method == "nuts" and chains < 2:
@@ -436,6 +432,8 @@ class IRTModel:
         self.parameterization = parameterization
         self.sampler = sampler
         self.idata = self._assemble(raw, sample_stats, parameterization)
+        self.fit_info["random_seed"] = seed
+        self.fit_info["random_seed_drawn"] = random_seed is None
         if method != "nuts" and self.fit_info.get("converged") is False:
             msg = (
                 f"the {method} fit did not converge: the optimizer stopped with "
@@ -579,7 +577,9 @@ def fit_extending_draws(
     budget
         The most draws per chain (:data:`~bayes_microbench.irt.diagnostics.DRAWS_BUDGET`).
     **fit_kwargs
-        Passed to :meth:`IRTModel.fit` (``chains``, ``tune``, ``random_seed`` ...).
+        Passed to :meth:`IRTModel.fit` (``chains``, ``tune``, ``random_seed`` ...);
+        ``random_seed=None`` draws one fresh seed for every attempt (logged, and
+        recorded in ``fit_info``).
 
     Returns
     -------
@@ -593,6 +593,8 @@ def fit_extending_draws(
     :func:`~bayes_microbench.irt.diagnostics.more_draws`); a default fit should
     find out, within a stated budget, instead of failing on a near miss.
     """
+    drawn = fit_kwargs.get("random_seed") is None
+    fit_kwargs["random_seed"] = seed_or_fresh(fit_kwargs.get("random_seed"), "fit_extending_draws")
     tried: list[int] = []
     attempts: list[dict[str, Any]] = []
     wall = 0.0
@@ -631,6 +633,7 @@ def fit_extending_draws(
     fit.fit_info["draws_tried"] = tried
     fit.fit_info["attempts"] = attempts
     fit.fit_info["wall_seconds_all"] = round(wall, 3)
+    fit.fit_info["random_seed_drawn"] = drawn
     for w in caught:  # the last attempt's warnings, said once
         warnings.warn(w.message, w.category, stacklevel=2)
     return fit

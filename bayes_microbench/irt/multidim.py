@@ -1,85 +1,17 @@
 """The multidimensional 2PL (``model="2pl-md"``, ``n_dims=D``): PyMC graph and saved scale.
 
-Model
------
-::
+``logit P(correct[j, i]) = sum_d discrimination[i, d] * ability[j, d] + intercept[i]`` with
+``ability ~ Normal(0, I_D)``, the 2PL's priors for the intercepts and dimension 0, and a
+learned per-dimension loading scale (``loading_sd``, prior :data:`LOADING_SD_SCALE`) for
+the others. Identified by ``D`` anchor items chosen from the data (lower-triangular
+loadings, positive dimension-0 loadings; ids in the posterior's ``anchors`` attr).
+Saved: ``ability`` (llm, dim), ``discrimination`` (item, dim), ``intercept``, ``mdisc`` =
+``|discrimination[i]|``, ``difficulty`` = ``-intercept / mdisc``, ``loading_sd``
+(``extra_dim``). Parameterizations: ``"centered"`` (NUTS from 100 llms) and
+``"non-centered"`` (the approximations, small matrices); :func:`item_embeddings`.
 
-    ability[j, d]            ~ Normal(0, 1)     iid over llms j and dims d (fixed scale, location)
-    intercept_mean[s]        ~ Normal(0, intercept_mean_sd)
-    intercept_sd[s]          ~ HalfNormal(intercept_sd_scale)
-    intercept[i]             ~ Normal(intercept_mean[s(i)], intercept_sd[s(i)])
-    log_disc_mean[s]         ~ Normal(0, log_disc_mean_sd)
-    log_disc_sd[s]           ~ HalfNormal(log_disc_sd_scale)
-    discrimination[i, 0]     = exp(log_discrimination[i]),
-    log_discrimination[i]    ~ Normal(log_disc_mean[s(i)], log_disc_sd[s(i)])
-    loading_sd[d]            ~ HalfNormal(LOADING_SD_SCALE)                     d = 1..D-1
-    discrimination[i, d]     ~ Normal(0, loading_sd[d])                          d = 1..D-1
-                               except for the D anchor items (below)
-    logit P(correct[j, i])   = sum_d discrimination[i, d] * ability[j, d] + intercept[i]
-
-The priors of the intercepts and of the first dimension are the 2PL's
-(:class:`~bayes_microbench.irt.IRTConfig`); the scale of the other dimensions'
-loadings is learned per dimension (``loading_sd``, prior scale
-:data:`LOADING_SD_SCALE`, not part of the configuration).
-
-Identification
---------------
-With ``ability ~ Normal(0, I_D)`` the likelihood and the ability prior are
-invariant under any orthogonal rotation ``Q`` (``ability -> ability Q``,
-``discrimination -> discrimination Q``): the classic rotation problem. We fix
-it with a lower-triangular constraint on ``D`` *anchor items*: anchor ``k``
-(``k = 0..D-1``) has zero loadings on dimensions ``k+1..D-1`` and a positive
-loading on dimension ``k`` (for ``k >= 1`` a half-normal with scale
-``loading_sd[k]``; for ``k = 0`` every item's dimension-0 loading is positive
-anyway). That removes every rotation and sign flip (when the anchors' loadings
-are not degenerate), so the posterior means of ``ability`` and
-``discrimination`` are meaningful, dimension by dimension.
-
-The anchors are chosen from the data (seedless and deterministic): the
-item-mean-filled, centred response matrix is regressed on the llms'
-standardized logit accuracy (the 2PL's starting ability) and the residual is
-reduced by an SVD, giving each item a loading on "accuracy" and on the
-leading ``D - 1`` residual components. Anchor ``k`` is the item with the
-largest loading on dimension ``k`` net of the norm of its loadings on the
-later dimensions. Dimension 0 is therefore the "general ability" direction of
-a strongly discriminating item that loads on little else (on GPQA the first
-principal component of the raw matrix is *not* the accuracy direction, so it
-is not used), and every item's dimension-0 loading is constrained positive,
-as in the 2PL: this positivity is a modelling assumption (no item gets
-easier as general ability rises), not only an identification device. The
-anchor item ids are saved in the posterior's ``anchors`` attribute.
-
-What is and is not identified: the subspace spanned by the loadings and the
-abilities, the per-item loading norm and multidimensional difficulty (both
-rotation-invariant), and, given the anchors, each loading and ability
-coordinate. The *meaning* of dimensions ``1..D-1`` depends on the anchors
-(another anchor choice is another rotation of the same model): compare them
-across fits by rotation-invariant summaries (canonical correlations,
-subspace angles), not coordinate by coordinate. When a dimension has almost no
-signal (``loading_sd[d]`` near 0) its anchor's sign constraint makes its
-posterior skewed and slow to sample.
-
-Saved scale
------------
-``ability`` (chain, draw, llm, dim), ``discrimination`` (chain, draw, item,
-dim), ``intercept`` (item), and two rotation-invariant per-item scalars (Reckase's
-multidimensional discrimination and difficulty)::
-
-    mdisc[i]      = |discrimination[i, :]|
-    difficulty[i] = -intercept[i] / mdisc[i]
-
-so that ``logit P = mdisc[i] * (ability[j] . u[i] - difficulty[i])`` with
-``u[i]`` the unit loading direction: ``difficulty`` is the distance from the
-population centre, along the item's loading direction, at which
-P(correct) = 1/2. Subtask level: ``intercept_mean``, ``intercept_sd``,
-``log_disc_mean``, ``log_disc_sd`` (dim ``subtask``, dimension 0 only) and
-``loading_sd`` (dim ``extra_dim``, coords ``1..D-1``). ``dim`` has coords
-``0..D-1``.
-
-Parameterizations: ``"centered"`` (NUTS on 100 or more llms: each cell is
-informative) and ``"non-centered"`` (item log-discriminations, intercepts and
-extra loadings as mean + sd * standard normal: the optimizers and ADVI need a
-density with a mode, and small matrices sample better this way).
+Why: docs/decisions/0015-multidimensional-2pl-identification.md (the model, the anchors,
+what is identified, the saved scale).
 """
 
 from __future__ import annotations

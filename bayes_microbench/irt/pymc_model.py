@@ -1,113 +1,17 @@
-"""The PyMC graph of the hierarchical IRT models, and the map back to the saved scale.
+"""The PyMC graph of the hierarchical 1PL / 2PL / 3PL, and the map back to the saved scale.
 
-Sampled parameterization ("decoupled", the default)
----------------------------------------------------
-Each cell of a benchmark matrix is informative (hundreds of llms per item,
-hundreds of items per llm), so item and llm parameters are *centered*. What
-slows NUTS down on such data is not funnels but two collective directions
-that the likelihood cannot see and only the llm population prior pins down:
+Parameterizations (``PARAMETERIZATIONS``): ``"decoupled"`` (NUTS from 100 llms: centered
+items, the abilities as ``m + s * v``, a mean, a scale and a direction on the sphere, so
+that the likelihood sees neither collective direction), ``"decoupled-nc"`` (the same
+ability block, non-centered items: NUTS below 100 llms for the lognormal 2PL/3PL and for
+a weakly informed fixed-floor 3PL), ``"non-centered"`` (the approximations; NUTS
+otherwise), ``"slope-intercept"`` and ``"textbook"`` (kept for the sampling benchmark).
+Discrimination priors: lognormal (default) or truncated normal, both sampled as
+``log(discrimination * s)``. Saved scale: ``logit P = a (theta - b)``.
 
-* location: adding ``delta`` to every ability and ``discrimination * delta``
-  to every intercept leaves the likelihood unchanged;
-* scale: multiplying every ability by ``k`` and dividing every discrimination
-  by ``k`` leaves it unchanged.
-
-With ``ability ~ Normal(0, 1)`` over n llms both directions are determined to
-about ``1/sqrt(n)``, far more loosely *as a direction in parameter space*
-than each single parameter, so a diagonal mass matrix sees a condition
-number of ~n/10 and NUTS needs long trajectories (~40 leapfrog steps).
-
-We sample an exact reparameterization in which the likelihood depends on
-neither direction::
-
-    ability = m + s * v
-    m   ~ Normal(0, 1/sqrt(n))                      (mean of n iid N(0,1) abilities)
-    v   = u * sqrt(n-1) / |u|,  u zero-sum          (direction: uniform on the sphere)
-    s^2 ~ Gamma((n-1)/2, rate (n-1)/2)               (sample variance of n iid N(0,1))
-    logit P* = a~[i] * v[j] + e[i]                  (a~ = discrimination * s,
-                                                      e = intercept + discrimination * m)
-
-Together ``m, s, v`` are exactly ``n`` iid ``Normal(0, 1)`` abilities. The
-radius ``|u|`` enters nothing but its own prior, chosen tight around
-``sqrt(n-1)`` (with the spherical Jacobian) so it costs the sampler nothing.
-The item priors of the model (``IRTConfig``) are written on the original
-scale, so ``m`` and ``s`` meet only a few subtask-level parameters.
-
-For the 1PL (discrimination 1) the scale is identified by the data and only
-the location is decoupled.
-
-Tried and dropped: sampling non-centered only the items the data barely
-discriminate (item-rest correlation under 2 standard errors: 273 of GPQA's
-448, whose discriminations pile up against 0 and move with the subtask
-hyperparameters, the slowest direction of the GPQA posterior in a by-hand
-run). On GPQA (2PL, truncated normal, 2 x (1000 + 1000), by hand) it took
-NUTS from 24.2-27.7 leapfrog steps per draw to 15.0-15.3 and kept the 1%
-quantile of the per-parameter bulk ESS (1109-1272 against 1069-1176 for the
-centered form, whose quantiles come from seeds 0, 2 and 3), but the shorter
-trajectories are less antithetic: median bulk ESS 1949-2184 against
-2269-2596, and the worst R-hat rose to 1.0105-1.0145 (above 1.01 in all 6
-runs: seeds 0-3, and 0-1 again with a cheaper inverse CDF; a variant that
-flagged 257 items passed 2 of 4), against 1.0089-1.017 for the centered form
-(2 of 4 seeds passed). The truncated-normal inverse CDF also cost about 2 s
-of compile time. The worst R-hat over this many parameters (~1770, rank and
-folded) is a noise statistic (``benchmarks/study_rhat_noise.py``: for
-stationary chains its median is 1.0058 with independent draws and 1.0104
-with a bulk ESS near 1000), so "every R-hat <= 1.01" needs a high ESS for
-every parameter, which the longer, more antithetic trajectories give.
-Also dropped (by hand, GPQA, seed 0; runs in the benchmark report): a folded
-discrimination (``discrimination * s = |r|`` with ``r`` unconstrained, so that
-items near 0 are not stretched by a log) needed 127 leapfrog steps per draw;
-nutpie's low-rank mass matrix and its Numba back end were far slower.
-
-Discrimination priors (``IRTConfig.discrimination_prior``): the default
-lognormal samples ``log_disc_scaled = log(discrimination * s)``. The opt-in
-truncated normal samples the same ``log(discrimination * s)`` with the
-``TruncatedNormal(mean * s, sd * s, lower=0)`` density (plus the Jacobian) and
-its subtask hyperparameters as ``kappa * s^-1 = mean / sd^2`` and ``log(sd * s)``:
-on GPQA, where half of the items sit near 0, ``mean`` and ``log sd`` are
-correlated -0.90 in the posterior, ``kappa`` and ``log sd`` -0.25. Under
-``"non-centered"`` it maps a standard normal through the truncated normal's
-inverse CDF.
-
-Other parameterizations: ``"non-centered"`` (item log-discriminations and
-intercepts as subtask mean + sd * standard normal): the centered hierarchical
-density has no mode (it grows without bound as a subtask sd shrinks to 0), so
-the optimizers (MAP, Laplace, Pathfinder) and ADVI use this one.
-``"decoupled-nc"`` keeps the decoupled ability block (``m, s, v``) and samples
-the items non-centered (``log(discrimination * s) = mean + sd * z``). NUTS
-uses it on small matrices (fewer than ``CENTERED_MIN_LLMS`` llms, where the
-data do not dominate the item priors) for the lognormal 2PL and 3PL (measured
-on the 2PL; ``"non-centered"`` otherwise): with few llms the ability scale is
-what ``"non-centered"`` samples worst. On BBH (78 llms x 5761 items) and
-MMLU-Pro (43 x 12032), 2 x (1000 + 1000), the worst R-hat went 1.104 -> 1.039
-and 1.027 -> 1.019 and the worst bulk ESS 15 -> 55 and 43 -> 150 (by hand,
-one run each, no divergences; still short of converging); on 40-60 llm
-simulated matrices the two were alike. Against the centered ``"decoupled"``
-form on the five PredictaBoard matrices (43-81 llms, seed 0;
-``benchmarks/study_small_matrices.py``) it mixed worse everywhere (IFEval
-converged only centered), but the centered lognormal form diverged on three
-of them (MuSR, BBH, MMLU-Pro), so it stays the default there and an
-unconverged fit names the centered form as what to try next. NUTS also uses
-it, at any number of llms, for a lognormal 3PL with fixed floors whose items
-the data inform weakly (median :func:`slope_sd` above ``WEAK_SLOPE_SD``, no
-item below its floor beyond chance): a floor spends the information of the
-llms near it.
-
-Tried and dropped for the 3PL (by hand, 2026-11-30, the simulator's GPQA preset,
-seeds 0 and 1, 2 x (1000 + 1000)): partially centered log discriminations
-(``x~ ~ Normal(w * mean, sd**w)``, ``x = mean + sd**(1 - w) * (x~ - w * mean)``, per
-item ``w = tau^2 / (tau^2 + slope_sd^2)``) with the intercepts centered as in
-``"decoupled"``. Worst R-hat / lowest bulk ESS: ``tau`` 0.1: 1.0103 / 422 and
-1.0129 / 309; 0.15: 1.0108 / 446 and 1.0104 / 307 (4 divergences); 0.2: 1.0111 /
-425 and 1.036 / 94 (51 divergences); 0.5: 1.21 / 8; ``w = 0`` (non-centered
-slopes, centered intercepts): 1.0121 / 328 and 1.0148 / 434; against
-``"decoupled-nc"``'s 1.0124 / 270 and 1.0110 / 228 (``study_3pl_parameterization.py``).
-No setting converged on both seeds, the gains were within the seed-to-seed
-spread, and the weights need a tuning constant, so ``"decoupled-nc"`` stays.
-
-``"slope-intercept"`` (centered ``a * theta + d`` with ``theta ~ N(0, 1)``) and
-``"textbook"`` (centered ``a * (theta - b)``) are kept for the sampling
-benchmark.
+Why: docs/decisions/0013-decoupled-parameterization-for-nuts.md (the decoupled form,
+the priors' scaled hyperparameters, what was tried and dropped) and
+docs/decisions/0014-decoupled-nc-below-100-llms-and-weak-3pl.md (small matrices, the 3PL).
 """
 
 from __future__ import annotations
@@ -127,10 +31,7 @@ CENTERED_MIN_LLMS = 100
 
 #: A fixed-floor lognormal 3PL whose median item :func:`slope_sd` exceeds this is
 #: sampled non-centered ("decoupled-nc") at any size (``IRTModel.weak_slopes``).
-#: On the simulator's GPQA preset (0.30-0.33) and with its abilities shifted up by
-#: 0.75 (0.25-0.27) the non-centered items reached the higher lowest bulk ESS,
-#: shifted by 1.5 (0.22-0.23) the centered ones (``study_3pl_parameterization.py``).
-#: GPQA's 2PL sits at 0.13, the leaderboard-v1 matrices of thousands of llms below 0.12.
+#: Measured on the simulator's GPQA preset, shifted (docs/decisions/0014).
 WEAK_SLOPE_SD = 0.24
 
 #: Prior sd of the radius of ``u`` around sqrt(n-1): close to each u's posterior sd.
@@ -189,12 +90,8 @@ def item_centers(data: IRTData, init: dict[str, np.ndarray] | None = None) -> np
     where the item's Fisher information (:func:`_information`) sits: for a hard
     item only the strong llms carry information, so its slope and intercept are
     strongly correlated around ``c = 0`` but not around its own centre. For the
-    3PL the information is the 3PL's (on GPQA's 3PL, floors 1/4, by hand, seeds
-    0 and 1, against 2PL weights: the lowest 1% of the per-parameter bulk ESS
-    rose from 236-266 to 357-437 and the parameters with R-hat above 1.01 fell
-    from 16-47 to 7; the worst R-hat went 1.0284 -> 1.0179 on seed 1 but
-    1.0155 -> 1.0178 on seed 0). ``init``: the :func:`initial_values` of
-    ``data`` when already computed.
+    3PL the information is the 3PL's (measured: docs/decisions/0014). ``init``: the
+    :func:`initial_values` of ``data`` when already computed.
     """
     init = initial_values(data) if init is None else init
     return _weighted_mean(_information(data, init), init["z"])

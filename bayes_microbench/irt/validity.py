@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._defaults import DEFAULT_CI_PROB
 from ..exceptions import ConvergenceWarning
 from ..simulate import simulate_responses
 from .model import IRTModel
@@ -63,7 +64,7 @@ def coverage_study(
     n_llms: int = 40,
     n_items: int = 50,
     model: str = "2pl",
-    ci_prob: float = 0.9,
+    ci_prob: float = DEFAULT_CI_PROB,
     draws: int = 300,
     tune: int = 300,
     random_seed: int = 0,

@@ -1,47 +1,15 @@
 """``tinybenchmarks``: IRT embeddings, k-means anchors, and the p-IRT / gp-IRT estimators.
 
-tinyBenchmarks (Polo et al., 2024), as the study ran it
-(``tinybenchmarks_reimplemented.py``):
+tinyBenchmarks (Polo et al., 2024) as the study ran it: a 10-D multidimensional 2PL
+fitted to the source llms (here a regularized MAP by L-BFGS, once per ``prepare``, reused
+across the three variants), items embedded as ``(a_i, b_i)``, k-means with ``k = n``, each
+cluster's member nearest its centroid as a distinct anchor weighted by the cluster's
+share. Estimators: ``tinybenchmarks`` (weighted anchor mean, the study's row),
+``tinybenchmarks-pirt`` (p-IRT, the target's MAP ability under ``N(0, I)``) and
+``tinybenchmarks-gpirt`` (gp-IRT, its ``b`` measured on the source llms).
 
-1. fit a multidimensional 2PL IRT model to the source llms' 1/0 responses on
-   the seen items, ``P(correct) = sigmoid(theta_j . a_i - b_i)`` with
-   ``D = 10`` dimensions (py-irt ``multidim_2pl`` in the study);
-2. embed each item as ``(a_i, b_i)`` and run k-means with ``k = n``;
-3. choose, per cluster, the item nearest its centroid, weighted by the
-   cluster's share of the seen items;
-4. estimate a target's accuracy with one of three estimators:
-
-   * ``tinybenchmarks`` - the weighted mean of its responses on the anchors.
-     This is the estimator behind the study's "tinyBenchmarks" row (its
-     ``tinybenchmarks_all_num_medoids``; p-IRT and gp-IRT were separate,
-     unreported techniques);
-   * ``tinybenchmarks-pirt`` - p-IRT: fit the target's ability on the anchors,
-     then ``lam * mean(observed anchors) + (1 - lam) * mean(IRT prediction on
-     the other seen items)`` with ``lam = n / N``;
-   * ``tinybenchmarks-gpirt`` - gp-IRT: ``g * weighted + (1 - g) * p-IRT`` with
-     ``g = b^2 / (v + b^2)``, ``v`` the mean per-llm response variance of the
-     source llms and ``b`` the mean absolute error of the IRT part.
-
-Our choices, written down:
-
-* The IRT fit is a MAP point estimate (priors ``theta ~ N(0, I)``,
-  ``a ~ N(0, I / D)``, ``b ~ N(0, 3^2)``; with ``a ~ N(0, I)`` the 10-D MAP
-  overfits: on GPQA the anchors' error grew by 0.008 and on simulated 2PL
-  data the fitted probabilities tracked the truth worse than item means) by L-BFGS with analytic gradients, missing cells left
-  out of the likelihood, done once in ``prepare`` and reused by every
-  ``select``; an identical fit (same source matrix, same int seed) is reused
-  across the three estimator variants.
-* A target's ability is the MAP under the same ``N(0, I)`` prior (batched
-  damped Newton); the study's unpenalised BFGS diverges when 10 anchors in 10
-  dimensions are all right or all wrong.
-* gp-IRT's ``b`` is measured on the *source* llms (ability fitted on the
-  anchors, compared with their mean on the other seen items): the study
-  measured it on the targets' own unseen responses, which an estimator cannot
-  see.
-* Each cluster's representative is its member nearest the centroid (the study
-  took the nearest seen item overall, which can repeat an item); empty k-means
-  clusters are refilled, so the ``n`` anchors are distinct and ``n = N``
-  reproduces the seen accuracy.
+Why: docs/decisions/0019-tinybenchmarks-as-the-study-ran-it.md (the study's steps, our
+choices and what they fix).
 """
 
 from __future__ import annotations
