@@ -39,13 +39,12 @@ from typing import Any, Literal
 import numpy as np
 
 from .exceptions import UserInputError
+from .posterior import ItemDraws, item_draws
 from .scoring import (
     DEFAULT_CI_PROB,
-    ItemDraws,
     Misfit,
     ability_grid,
     ability_posterior_samples,
-    item_draws,
     subset_widening,
 )
 

@@ -42,7 +42,7 @@ class DemoResult:
 
 def _posterior(simulate: bool, seed: int, progress: bool) -> tuple[Any, str]:
     if not simulate and SHIPPED_POSTERIOR.exists():
-        from .scoring import read_posterior
+        from .posterior import read_posterior
 
         return read_posterior(
             str(SHIPPED_POSTERIOR)
@@ -67,8 +67,9 @@ def run_demo(
     """Run the demo and write ``mdad.csv``, ``curves.csv``, figures and ``report.md`` to ``output``."""
     from . import plots
     from .design import curves_tables, design_curves, plan, select_from_posterior
+    from .posterior import item_draws
     from .report import write_report
-    from .scoring import item_draws, score
+    from .scoring import score
 
     out = Path(output)
     seconds: dict[str, float] = {}

@@ -79,7 +79,8 @@ from scipy.special import ndtr
 from ._validate import check_positive_int, check_probability, preview
 from .exceptions import UserInputError
 from .population import Population
-from .scoring import DEFAULT_CI_PROB, DEFAULT_MAX_DRAWS, ItemDraws, item_draws
+from .posterior import DEFAULT_MAX_DRAWS, ItemDraws, item_draws
+from .scoring import DEFAULT_CI_PROB
 
 logger = logging.getLogger(__name__)
 
@@ -548,7 +549,7 @@ def design_curves(
     Parameters
     ----------
     posterior
-        An item posterior (see :func:`bayes_microbench.scoring.item_draws`).
+        An item posterior (see :func:`bayes_microbench.posterior.item_draws`).
     design
         A prebuilt :class:`Design`; otherwise give exactly one of ``subset``
         (item ids: one fixed design of that size), ``selector`` (a registered
@@ -580,7 +581,7 @@ def design_curves(
     min_draws
         Fewest posterior draws the bands and intervals may rest on (default:
         the posterior's requirement; see
-        :meth:`~bayes_microbench.scoring.ItemDraws.check_interval_draws`).
+        :meth:`~bayes_microbench.posterior.ItemDraws.check_interval_draws`).
     population
         The llms the pairs come from and the misfit of their responses
         (:class:`~bayes_microbench.population.Population`, or a ``Misfit``
@@ -937,7 +938,7 @@ def plan(
     Parameters
     ----------
     posterior
-        An item posterior (see :func:`bayes_microbench.scoring.item_draws`).
+        An item posterior (see :func:`bayes_microbench.posterior.item_draws`).
     delta
         The gap in points, in (0, 100].
     prob
@@ -961,7 +962,7 @@ def plan(
     min_draws
         Fewest posterior draws the intervals may rest on (default: the
         posterior's requirement; see
-        :meth:`~bayes_microbench.scoring.ItemDraws.check_interval_draws`).
+        :meth:`~bayes_microbench.posterior.ItemDraws.check_interval_draws`).
 
     Returns
     -------

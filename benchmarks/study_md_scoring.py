@@ -61,7 +61,8 @@ def fit_train(train, model: str, args: argparse.Namespace) -> tuple[object, dict
 
 def score_heldout(post, train, test, subsets, args) -> list[dict]:
     """Coverage, width and error of the held-out scores at each subset size."""
-    from bayes_microbench.scoring import estimate_misfit, item_draws, score
+    from bayes_microbench.posterior import item_draws
+    from bayes_microbench.scoring import estimate_misfit, score
 
     draws = item_draws(post, max_draws=args.max_draws, multidim=True)
     t0 = time.perf_counter()

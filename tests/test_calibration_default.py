@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from bayes_microbench import UserInputError, save_responses, simulate_responses
-from bayes_microbench.scoring import estimate_misfit, posterior_from_truth, read_posterior_file
+from bayes_microbench.posterior import read_posterior_file
+from bayes_microbench.scoring import estimate_misfit, posterior_from_truth
 
 from .conftest import write_posterior
 

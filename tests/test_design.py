@@ -8,7 +8,8 @@ import pytest
 
 from bayes_microbench import UserInputError, simulate_responses
 from bayes_microbench import design as D
-from bayes_microbench.scoring import item_draws, posterior_from_truth
+from bayes_microbench.posterior import item_draws
+from bayes_microbench.scoring import posterior_from_truth
 from bayes_microbench.selectors import get_selector
 
 from .conftest import write_posterior

@@ -63,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..exceptions import UserInputError
     from ..io import load_responses
-    from ..scoring import estimate_misfit, read_posterior_file, score
+    from ..posterior import read_posterior_file
+    from ..scoring import estimate_misfit, score
 
     if args.raw_model and args.calibrate_with is not None:
         raise UserInputError("--raw-model and --calibrate-with contradict each other; drop one")

@@ -194,8 +194,9 @@ def compaction_check(full: Path, thinned: Path, resp: Any, *, seed: int = 0) -> 
     import numpy as np
 
     from ..design import design_curves, saved_population
+    from ..posterior import read_posterior_file
     from ..responses import Responses
-    from ..scoring import read_posterior_file, score
+    from ..scoring import score
 
     rng = np.random.default_rng(seed)
     picks = np.sort(rng.choice(resp.n_llms, size=min(CHECK_LLMS, resp.n_llms), replace=False))

@@ -41,7 +41,8 @@ from numpy.polynomial.hermite_e import hermegauss
 from scipy.optimize import minimize
 
 from ..exceptions import UserInputError
-from ..scoring import ItemDraws, ability_grid, ability_posterior_samples, item_draws
+from ..posterior import ItemDraws, item_draws
+from ..scoring import ability_grid, ability_posterior_samples
 from ._cluster import single_blas_thread
 from .base import Seed, Selection, check_size
 
