@@ -76,6 +76,7 @@ import xarray as xr
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import ndtr
 
+from . import response_model
 from ._validate import check_positive_int, check_probability, preview
 from .exceptions import UserInputError
 from .population import Population
@@ -435,7 +436,7 @@ def _reference_curves_loop(draws: ItemDraws, design: Design, gaps: np.ndarray) -
         a, b, c = draws.discrimination[s], draws.difficulty[s], draws.guessing[s]
 
         def prob(t: float, a: np.ndarray = a, b: np.ndarray = b, c: np.ndarray = c) -> np.ndarray:
-            return c + (1 - c) / (1 + np.exp(-a * (t - b)))
+            return response_model.prob(response_model.logit(t, a, b), c)
 
         p_grid = np.array([prob(t) for t in theta])
         q_grid = p_grid * (1 - p_grid)

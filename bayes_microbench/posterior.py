@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from . import response_model
 from ._validate import check_positive_int, preview
 from .exceptions import ConvergenceWarning, UserInputError
 
@@ -183,25 +184,30 @@ class ItemDraws:
         return -(self.discrimination * self.difficulty)
 
     def logit(self, ability: np.ndarray, dtype: type = np.float64) -> np.ndarray:
-        """``logit P(correct)`` minus the floor: ``(n_draws, K, n_items)``.
+        """``logit P(correct)`` above the floor: ``(n_draws, K, n_items)``.
 
         ``ability``: ``(n_draws, K)``, or ``(n_draws, K, D)`` for a ``2pl-md``
         posterior (``(n_draws or 1, K, D)`` and a shared grid both broadcast).
+        Computed by :func:`bayes_microbench.response_model.logit` (``logit_md``).
         """
-        a: np.ndarray = self.discrimination[:, None, :].astype(dtype)
-        b: np.ndarray = self.difficulty[:, None, :].astype(dtype)
         if self.loadings is None:
-            return a * (ability[:, :, None].astype(dtype) - b)
-        loadings: np.ndarray = np.swapaxes(self.loadings, 1, 2).astype(dtype)  # (s, D, I)
-        return np.matmul(ability.astype(dtype), loadings) - a * b
+            return response_model.logit(
+                ability[:, :, None],
+                self.discrimination[:, None, :],
+                self.difficulty[:, None, :],
+                dtype=dtype,
+            )
+        # the intercept in dtype from its factors, as the 1-D logit computes its terms
+        icpt = -(self.discrimination.astype(dtype) * self.difficulty.astype(dtype))
+        return response_model.logit_md(ability, self.loadings, icpt, dtype=dtype)
 
     def prob(self, ability: np.ndarray, dtype: type = np.float64) -> np.ndarray:
         """P(correct) with ``ability`` of shape ``(n_draws, K)`` (``(n_draws, K, D)`` for
-        a ``2pl-md`` posterior): returns ``(n_draws, K, n_items)``."""
-        eta = self.logit(ability, dtype)
-        c: np.ndarray = self.guessing[:, None, :].astype(dtype)
-        # logistic via tanh: one transcendental per cell, stable for any eta
-        return c + (1 - c) * (0.5 + 0.5 * np.tanh(0.5 * eta))
+        a ``2pl-md`` posterior): returns ``(n_draws, K, n_items)``
+        (:func:`bayes_microbench.response_model.prob`)."""
+        return response_model.prob(
+            self.logit(ability, dtype), self.guessing[:, None, :], dtype=dtype
+        )
 
 
 def open_posterior(source: Any) -> tuple[xr.Dataset, Misfit | None]:

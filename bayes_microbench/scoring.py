@@ -72,6 +72,7 @@ import pandas as pd
 import xarray as xr
 from scipy.special import ndtri
 
+from . import response_model
 from ._validate import check_positive_int, check_probability, preview
 from .exceptions import UserInputError
 from .population import Population
@@ -138,16 +139,7 @@ def ability_grid(n_grid: int | None = None, limit: float = GRID_LIMIT, dims: int
 def _log_probs(draws: ItemDraws, grid: np.ndarray, sl: slice) -> tuple[np.ndarray, np.ndarray]:
     """log P(correct) and log P(wrong) on the grid for draws ``sl``: (s, G, I) each, float32."""
     eta = draws.select_draws(sl).logit(grid[None], np.float32)
-    c = draws.guessing[sl, None, :].astype(np.float32)
-    # log logistic(eta) = min(eta, 0) - log1p(exp(-|eta|)): one exp and one log1p per cell
-    log_sig = np.minimum(eta, 0) - np.log1p(np.exp(-np.abs(eta)))
-    log_sig_neg = log_sig - eta  # log logistic(-eta)
-    if not np.any(c):
-        return log_sig, log_sig_neg
-    # log(1 - p) = log(1 - c) + log logistic(-eta) keeps precision where p is near 1
-    log_wrong = np.log1p(-np.minimum(c, np.float32(1 - 1e-6))) + log_sig_neg
-    log_right = np.log(c + (1 - c) * np.exp(log_sig))
-    return log_right, log_wrong
+    return response_model.log_prob(eta, draws.guessing[sl, None, :], dtype=np.float32)
 
 
 def ability_posterior_samples(
@@ -250,7 +242,7 @@ def _laplace(
     theta = np.zeros((n_l, n_d))
     eye = np.eye(n_d)
     for _ in range(100):
-        p = 0.5 + 0.5 * np.tanh(0.5 * (theta @ lam.T + icpt))
+        p = response_model.prob(response_model.logit_md(theta, lam, icpt))
         grad = (y_right - n_obs * p) @ lam - theta
         hess = np.einsum("li,id,ie->lde", n_obs * p * (1 - p), lam, lam) + eye
         step = np.linalg.solve(hess, grad[..., None])[..., 0]
@@ -321,7 +313,7 @@ def _importance_samples(
         # eta: (s, L, K, J) over each llm's observed items; softplus summed over them
         lam_g = np.swapaxes(lam32[sl][:, order], 2, 3)  # (s, L, D, J)
         eta = np.matmul(pts32[None], lam_g) + icpt32[sl][:, order][:, :, None, :]
-        soft = np.einsum("slkj,lj->slk", np.logaddexp(np.float32(0.0), eta), weight)
+        soft = np.einsum("slkj,lj->slk", response_model.softplus(eta), weight)
         loglik = (
             np.einsum("lkd,sld->slk", points, linear_load[sl]) + linear_icpt[sl][:, :, None] - soft
         )
