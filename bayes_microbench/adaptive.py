@@ -38,15 +38,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .ability import ability_grid, ability_posterior_samples
 from .exceptions import UserInputError
+from .misfit import Misfit
 from .posterior import ItemDraws, item_draws
-from .scoring import (
-    DEFAULT_CI_PROB,
-    Misfit,
-    ability_grid,
-    ability_posterior_samples,
-    subset_widening,
-)
+from .scoring import DEFAULT_CI_PROB, subset_widening
 
 Goal = Literal["accuracy", "rank"]
 Rule = Literal["goal", "fisher", "random"]

@@ -242,8 +242,8 @@ def estimate_population(
     -------
     Population
     """
+    from .ability import ability_posterior_samples
     from .posterior import item_draws
-    from .scoring import ability_posterior_samples
 
     draws = item_draws(posterior, max_draws=max_draws)
     if draws.n_dims != 1:

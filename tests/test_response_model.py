@@ -31,7 +31,11 @@ def test_logits_on_the_saved_scales():
         rm.logit(theta[:, None], a[None, :], b[None, :]), a * (theta[:, None] - b)
     )
     assert rm.logit(theta[:, None], 1.0, b[None, :]).shape == (5, 6)  # a 1PL
-    ability, lam, icpt = rng.normal(size=(3, 5, 2)), rng.normal(size=(3, 6, 2)), rng.normal(size=(3, 6))
+    ability, lam, icpt = (
+        rng.normal(size=(3, 5, 2)),
+        rng.normal(size=(3, 6, 2)),
+        rng.normal(size=(3, 6)),
+    )
     want = np.einsum("skd,sid->ski", ability, lam) + icpt[:, None, :]
     np.testing.assert_allclose(rm.logit_md(ability, lam, icpt), want, rtol=1e-12)
     # one dim (the slope-intercept 1-D logit) and a grid shared by every draw
@@ -87,8 +91,8 @@ def test_loglik_per_cell_with_missing_cells_and_softplus():
 def test_item_draws_prob_is_the_core():
     from bayes_microbench import simulate_responses
     from bayes_microbench.posterior import item_draws
-    from bayes_microbench.scoring import posterior_from_truth
     from bayes_microbench.simulate import irt_probability
+    from bayes_microbench.testing import posterior_from_truth
 
     _, truth = simulate_responses("gpqa", n_llms=4, n_items=30, random_seed=0, return_truth=True)
     draws = item_draws(posterior_from_truth(truth, n_draws=10, random_seed=0))

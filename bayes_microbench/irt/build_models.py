@@ -493,7 +493,7 @@ otherwise; see `bayes_microbench/irt/model.py`),
 
 ## Calibration
 The file carries a `calibration` group: the split-conformal recalibration of the
-IRT predictive of unobserved items (`scoring.estimate_misfit`, item-split
+IRT predictive of unobserved items (`misfit.estimate_misfit`, item-split
 cross-validation on the {c["n_llms"]} llms it was fitted on, in-sample for the items,
 random subsets of {cal_sizes} items, 2 splits, 200 draws, seed {c.get("seed", 0)}), with a
 `calibration_hash` checked on load. `score` applies it by default (`--raw-model`

@@ -40,9 +40,9 @@ import xarray as xr
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.optimize import minimize
 
+from ..ability import ability_grid, ability_posterior_samples
 from ..exceptions import UserInputError
 from ..posterior import ItemDraws, item_draws
-from ..scoring import ability_grid, ability_posterior_samples
 from ._cluster import single_blas_thread
 from .base import Seed, Selection, check_size
 
