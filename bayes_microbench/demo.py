@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import response_model
 from ._outputs import REPORT_FILES, output_set
 
 logger = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ def _score_new_llms(
     s = rng.integers(draws.n_draws, size=n_llms)
     ability = rng.standard_normal(n_llms)
     a, b, c = draws.discrimination[s], draws.difficulty[s], draws.guessing[s]
-    p = c + (1 - c) / (1 + np.exp(-a * (ability[:, None] - b)))
+    p = response_model.prob(response_model.logit(ability[:, None], a, b), c)
     full = (rng.random(p.shape) < p).astype(float)
     true_acc = full.mean(axis=1)
     observed = np.full_like(full, np.nan)

@@ -3,9 +3,10 @@
 The 1PL / 2PL / 3PL on the saved scale ``logit = a (theta - b)`` (1PL: ``a = 1``),
 the multidimensional 2PL ``logit = theta . a_vec + intercept``, and a floor ``c``
 (``P = c + (1 - c) sigmoid(logit)``). Every numpy reader of the model (simulation,
-posterior predictive checks and LOO, scoring, design) calls these; the PyTensor,
-JAX and Numba kernels that fitting differentiates (``irt/_likelihood.py``,
-``irt/_ffi_2pl.py``) are twins, tested against them. Why one core:
+posterior predictive checks and LOO, item draws, the ability posterior, design, the
+demo) calls these; the PyTensor, JAX and Numba kernels that fitting differentiates
+(``irt/_likelihood.py``, ``irt/_ffi_2pl.py``, the PyMC graphs' ``_loglik``) are
+twins, tested against them. Why one core:
 docs/decisions/0011-posterior-layer-and-response-model.md.
 """
 
