@@ -10,8 +10,11 @@ default :data:`DEFAULT_CI_PROB`) beside the subset's Wilson interval; by default
 the calibration the posterior carries (:class:`~bayes_microbench.misfit.Misfit`)
 replaces the IRT predictive of the unobserved items, widened for each llm's subset
 (:func:`subset_widening`). :func:`pairwise_ranking` reads P(A ahead of B) from the
-joint draws. Why calibrated by default: docs/decisions/0002 and 0010; measured
-coverage: ``benchmarks/study_design_calibration.py``, ``benchmarks/study_md_scoring.py``.
+joint draws. On data drawn from the model the plain intervals cover as stated (the
+tests check 80-97% of 90% intervals); why calibrated by default on real benchmarks:
+docs/decisions/0002 and 0010; measured coverage: ``benchmarks/study_design_calibration.py``,
+``benchmarks/study_md_scoring.py`` (a 2-D ``2pl-md`` posterior's plain intervals
+covered 85-98% of held-out GPQA llms, the 2PL's 63-90%).
 """
 
 from __future__ import annotations
