@@ -41,15 +41,11 @@ from typing import Any, Literal
 import numpy as np
 
 from ._defaults import DEFAULT_CI_PROB
+from .ability import ability_grid, ability_posterior_samples
 from .exceptions import UserInputError
-from .scoring import (
-    ItemDraws,
-    Misfit,
-    ability_grid,
-    ability_posterior_samples,
-    item_draws,
-    subset_widening,
-)
+from .misfit import Misfit
+from .posterior import ItemDraws, item_draws
+from .scoring import plugin_response, subset_widening
 
 Goal = Literal["accuracy", "rank"]
 Rule = Literal["goal", "fisher", "random"]
@@ -127,7 +123,7 @@ class AdaptiveState:
     Parameters
     ----------
     posterior
-        An item posterior that :func:`~bayes_microbench.scoring.item_draws` accepts
+        An item posterior that :func:`~bayes_microbench.posterior.item_draws` accepts
         (1-D models only).
     settings
         The goal and stopping rules (:class:`Settings`).
@@ -352,10 +348,8 @@ class AdaptiveState:
             return 0.0
         observed = np.zeros(self.draws.n_items, dtype=bool)
         observed[self._positions(list(self.answers), "answers")] = True
-        m = self._mean
-        prob = m.prob(np.array([[float(self._ability.mean())]]))[0, 0]
-        c = m.guessing[0]
-        slope = m.discrimination[0] * (prob - c) * (1.0 - prob) / (1.0 - c)
+        prob, slope = plugin_response(self._mean, np.array([self._ability.mean()]))
+        prob, slope = prob[0], slope[0]
         excess = pop.excess_if_added(
             prob, slope, observed, cand, positions, random_seed=[self.settings.seed, self.n_used]
         )

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import response_model
 from ._defaults import DEFAULT_CI_PROB, percent
 from ._outputs import REPORT_FILES, output_set
 
@@ -43,7 +44,7 @@ class DemoResult:
 
 def _posterior(simulate: bool, seed: int, progress: bool) -> tuple[Any, str]:
     if not simulate and SHIPPED_POSTERIOR.exists():
-        from .scoring import read_posterior
+        from .posterior import read_posterior
 
         return read_posterior(
             str(SHIPPED_POSTERIOR)
@@ -68,8 +69,9 @@ def run_demo(
     """Run the demo and write ``mdad.csv``, ``curves.csv``, figures and ``report.md`` to ``output``."""
     from . import plots
     from .design import curves_tables, design_curves, plan, select_from_posterior
+    from .posterior import item_draws
     from .report import write_report
-    from .scoring import item_draws, score
+    from .scoring import score
 
     out = Path(output)
     seconds: dict[str, float] = {}
@@ -186,7 +188,7 @@ def _score_new_llms(
     s = rng.integers(draws.n_draws, size=n_llms)
     ability = rng.standard_normal(n_llms)
     a, b, c = draws.discrimination[s], draws.difficulty[s], draws.guessing[s]
-    p = c + (1 - c) / (1 + np.exp(-a * (ability[:, None] - b)))
+    p = response_model.prob(response_model.logit(ability[:, None], a, b), c)
     full = (rng.random(p.shape) < p).astype(float)
     true_acc = full.mean(axis=1)
     observed = np.full_like(full, np.nan)

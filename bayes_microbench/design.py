@@ -76,11 +76,12 @@ import xarray as xr
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import ndtr
 
+from . import response_model
 from ._defaults import DEFAULT_CI_PROB, seed_or_fresh
 from ._validate import check_positive_int, check_probability, preview
 from .exceptions import UserInputError
 from .population import Population
-from .scoring import DEFAULT_MAX_DRAWS, ItemDraws, item_draws
+from .posterior import DEFAULT_MAX_DRAWS, ItemDraws, item_draws
 
 logger = logging.getLogger(__name__)
 
@@ -435,7 +436,7 @@ def _reference_curves_loop(draws: ItemDraws, design: Design, gaps: np.ndarray) -
         a, b, c = draws.discrimination[s], draws.difficulty[s], draws.guessing[s]
 
         def prob(t: float, a: np.ndarray = a, b: np.ndarray = b, c: np.ndarray = c) -> np.ndarray:
-            return c + (1 - c) / (1 + np.exp(-a * (t - b)))
+            return response_model.prob(response_model.logit(t, a, b), c)
 
         p_grid = np.array([prob(t) for t in theta])
         q_grid = p_grid * (1 - p_grid)
@@ -549,7 +550,7 @@ def design_curves(
     Parameters
     ----------
     posterior
-        An item posterior (see :func:`bayes_microbench.scoring.item_draws`).
+        An item posterior (see :func:`bayes_microbench.posterior.item_draws`).
     design
         A prebuilt :class:`Design`; otherwise give exactly one of ``subset``
         (item ids: one fixed design of that size), ``selector`` (a registered
@@ -581,7 +582,7 @@ def design_curves(
     min_draws
         Fewest posterior draws the bands and intervals may rest on (default:
         the posterior's requirement; see
-        :meth:`~bayes_microbench.scoring.ItemDraws.check_interval_draws`).
+        :meth:`~bayes_microbench.posterior.ItemDraws.check_interval_draws`).
     population
         The llms the pairs come from and the misfit of their responses
         (:class:`~bayes_microbench.population.Population`, or a ``Misfit``
@@ -939,7 +940,7 @@ def plan(
     Parameters
     ----------
     posterior
-        An item posterior (see :func:`bayes_microbench.scoring.item_draws`).
+        An item posterior (see :func:`bayes_microbench.posterior.item_draws`).
     delta
         The gap in points, in (0, 100].
     prob
@@ -963,7 +964,7 @@ def plan(
     min_draws
         Fewest posterior draws the intervals may rest on (default: the
         posterior's requirement; see
-        :meth:`~bayes_microbench.scoring.ItemDraws.check_interval_draws`).
+        :meth:`~bayes_microbench.posterior.ItemDraws.check_interval_draws`).
 
     Returns
     -------

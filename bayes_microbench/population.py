@@ -289,7 +289,7 @@ def estimate_population(
     Parameters
     ----------
     posterior
-        A 1-D item posterior (anything :func:`~bayes_microbench.scoring.item_draws` reads).
+        A 1-D item posterior (anything :func:`~bayes_microbench.posterior.item_draws` reads).
     responses
         The responses it was fitted on (:class:`~bayes_microbench.Responses`),
         at least 10 llms.
@@ -304,7 +304,8 @@ def estimate_population(
     -------
     Population
     """
-    from .scoring import ability_posterior_samples, item_draws
+    from .ability import ability_posterior_samples
+    from .posterior import item_draws
 
     draws = item_draws(posterior, max_draws=max_draws)
     if draws.n_dims != 1:

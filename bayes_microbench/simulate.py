@@ -27,6 +27,7 @@ import xarray as xr
 
 from ._validate import check_positive_int
 from .exceptions import ConfigurationError
+from .response_model import logit, prob
 from .responses import Responses
 
 ModelName = Literal["1pl", "2pl", "3pl"]
@@ -141,8 +142,8 @@ def irt_probability(
     ability: np.ndarray, difficulty: np.ndarray, discrimination: np.ndarray, guessing: np.ndarray
 ) -> np.ndarray:
     """P(correct) for every (llm, item): ``c + (1 - c) * logistic(a * (theta - b))``."""
-    eta = discrimination[None, :] * (ability[:, None] - difficulty[None, :])
-    return guessing[None, :] + (1.0 - guessing[None, :]) / (1.0 + np.exp(-eta))
+    eta = logit(ability[:, None], discrimination[None, :], difficulty[None, :])
+    return prob(eta, guessing[None, :])
 
 
 @overload

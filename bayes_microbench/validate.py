@@ -274,7 +274,8 @@ def validate(
     """
     from .design import design_curves, fixed_design
     from .mdad import mdad_from_pairs, monotone_mdad
-    from .scoring import item_draws, score
+    from .posterior import item_draws
+    from .scoring import score
 
     designs_t, sizes_t = _check_settings(responses, designs, sizes, held_out, splits)
     n_replicates = check_positive_int(n_replicates, "n_replicates")

@@ -163,7 +163,7 @@ def choice_cost(n_items: int = 12000, repeats: int = 5) -> dict[str, Any]:
     """Seconds for one ``next_items(1)`` among ``n_items`` (simulated posterior, 20 answers)."""
     from bayes_microbench import simulate_responses
     from bayes_microbench.adaptive import AdaptiveState, Reference, Settings
-    from bayes_microbench.scoring import posterior_from_truth
+    from bayes_microbench.testing import posterior_from_truth
 
     resp, truth = simulate_responses(
         "mmlu-pro", n_llms=3, n_items=n_items, random_seed=0, return_truth=True

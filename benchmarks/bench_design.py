@@ -34,7 +34,8 @@ from _report import write_section
 
 from bayes_microbench import design as D
 from bayes_microbench import simulate_responses
-from bayes_microbench.scoring import item_draws, posterior_from_truth
+from bayes_microbench.posterior import item_draws
+from bayes_microbench.testing import posterior_from_truth
 
 SIZES = (10, 25, 50, 100, 150, 200, 300)
 

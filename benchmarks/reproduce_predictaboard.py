@@ -383,6 +383,7 @@ def diagnose(resp, bench: Bench, runs: int) -> dict:
     """
     import numpy as np
 
+    from bayes_microbench.ability import ability_grid, ability_posterior_samples
     from bayes_microbench.protocol import (
         _TAG_PREPARE,
         _name_key,
@@ -391,7 +392,6 @@ def diagnose(resp, bench: Bench, runs: int) -> dict:
         _truth,
         design_runs,
     )
-    from bayes_microbench.scoring import ability_grid, ability_posterior_samples
     from bayes_microbench.selectors import get_selector
     from bayes_microbench.selectors.base import Selection
 

@@ -57,7 +57,9 @@ from _report import REPORT, commit, write_section
 from bayes_microbench import Responses, load_responses
 from bayes_microbench import design as D
 from bayes_microbench.exceptions import DroppedDataWarning
-from bayes_microbench.scoring import estimate_misfit, item_draws, score
+from bayes_microbench.misfit import estimate_misfit
+from bayes_microbench.posterior import item_draws
+from bayes_microbench.scoring import score
 from bayes_microbench.selectors.bayes_fisher import (
     BayesFisherSelector,
     quick_item_posterior,

@@ -146,7 +146,7 @@ def main() -> int:
     rows = ["| selector | n | mean item-total corr | share negative |", "|---|---|---|---|"]
     if POSTERIOR.exists():
         from bayes_microbench.design import select_from_posterior
-        from bayes_microbench.scoring import read_posterior
+        from bayes_microbench.posterior import read_posterior
 
         post = read_posterior(str(POSTERIOR))
         for sel in ("bayes-fisher", "bayes-ranking", "random"):

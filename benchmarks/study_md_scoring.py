@@ -19,7 +19,7 @@ Usage::
 
 Each (D, seed) run is kept in ``results/md_scoring.json`` (a rerun replaces
 it) and the section shows every saved run; D >= 3 is scored by importance
-sampling (``scoring._importance_samples``).
+sampling (``ability._importance_samples``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ def fit_train(train, model: str, args: argparse.Namespace) -> tuple[object, dict
 
 def score_heldout(post, train, test, subsets, args) -> list[dict]:
     """Coverage, width and error of the held-out scores at each subset size."""
-    from bayes_microbench.scoring import estimate_misfit, item_draws, score
+    from bayes_microbench.misfit import estimate_misfit
+    from bayes_microbench.posterior import item_draws
+    from bayes_microbench.scoring import score
 
     draws = item_draws(post, max_draws=args.max_draws, multidim=True)
     t0 = time.perf_counter()

@@ -18,7 +18,7 @@ from bayes_microbench.adaptive import (
 )
 from bayes_microbench.cli import main
 from bayes_microbench.exceptions import UserInputError
-from bayes_microbench.scoring import posterior_from_truth
+from bayes_microbench.testing import posterior_from_truth
 
 from .conftest import write_posterior
 
@@ -340,7 +340,7 @@ def test_bad_inputs_one_line_exit_2_nothing_written(files, tmp_path, capsys):
 def test_stop_waits_for_the_smallest_calibrated_size(sim):
     """With a calibration the stop comes no sooner than the smallest size it was estimated
     at (below it the calibrated interval is an extrapolation); without one, at the minimum."""
-    from bayes_microbench.scoring import estimate_misfit
+    from bayes_microbench.misfit import estimate_misfit
 
     resp, _, post = sim
     misfit = estimate_misfit(post, resp, sizes=[10, 25], max_draws=40, random_seed=0)
@@ -364,8 +364,8 @@ def test_goal_rule_counts_the_widening_its_subset_brings(sim):
     once part of it is asked, and leaves it sooner; with no excess the two rules agree."""
     import dataclasses
 
+    from bayes_microbench.misfit import estimate_misfit
     from bayes_microbench.population import Population
-    from bayes_microbench.scoring import estimate_misfit
 
     resp, _, post = sim
     misfit = estimate_misfit(post, resp, sizes=[10, 25], max_draws=40, random_seed=0)
@@ -407,7 +407,7 @@ def test_goal_rule_with_the_widening_stops_sooner_on_gpqa():
     the subset widening reaches an 8-point interval in fewer items than the rule blind to it
     (which chases items whose misfit the widened interval then carries)."""
     from bayes_microbench.io import load_responses
-    from bayes_microbench.scoring import read_posterior_file
+    from bayes_microbench.posterior import read_posterior_file
 
     from .conftest import shared_path
 

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from bayes_microbench import UserInputError, save_responses, simulate_responses
-from bayes_microbench.scoring import estimate_misfit, posterior_from_truth, read_posterior_file
+from bayes_microbench.misfit import estimate_misfit
+from bayes_microbench.posterior import read_posterior_file
+from bayes_microbench.testing import posterior_from_truth
 
 from .conftest import write_posterior
 
@@ -135,7 +137,8 @@ def test_calibration_keeps_the_irt_predictive_near_the_whole_benchmark(world):
     item's step that missed every held-out llm's true accuracy (metabench MMLU, n = 100
     of 102 in the held-out validation).
     """
-    from bayes_microbench.scoring import MIN_CALIBRATED_UNOBSERVED, score
+    from bayes_microbench.misfit import MIN_CALIBRATED_UNOBSERVED
+    from bayes_microbench.scoring import score
 
     resp, post, misfit = world["resp"], world["post"], world["misfit"]
     near = resp.isel(llm=slice(0, 6), item=slice(0, 60 - (MIN_CALIBRATED_UNOBSERVED - 1)))

@@ -8,8 +8,9 @@ import pytest
 
 from bayes_microbench import UserInputError, simulate_responses
 from bayes_microbench import design as D
-from bayes_microbench.scoring import item_draws, posterior_from_truth
+from bayes_microbench.posterior import item_draws
 from bayes_microbench.selectors import get_selector
+from bayes_microbench.testing import posterior_from_truth
 
 from .conftest import write_posterior
 

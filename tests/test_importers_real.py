@@ -299,7 +299,7 @@ def _python(module: str) -> Path:
 
 
 def _flat_posterior(items: list[str]):
-    from bayes_microbench.scoring import posterior_from_truth
+    from bayes_microbench.testing import posterior_from_truth
 
     index = pd.Index(items, name="item")
     truth = SimpleNamespace(

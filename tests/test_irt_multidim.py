@@ -75,7 +75,7 @@ def test_refusals_without_sampling():
     )
     with pytest.raises(ConfigurationError, match="need a multidimensional posterior"):
         md.item_embeddings(one_d)
-    from bayes_microbench.scoring import item_draws
+    from bayes_microbench.posterior import item_draws
 
     multi = xr.Dataset(
         {
@@ -374,12 +374,12 @@ def test_md_scoring_with_one_live_dimension_equals_the_2pl(n_dims):
 
 
 def test_importance_sampling_matches_the_grid_at_two_dims():
-    from bayes_microbench.scoring import (
+    from bayes_microbench.ability import (
         _importance_samples,
         ability_grid,
         ability_posterior_samples,
     )
-    from bayes_microbench.scoring import item_draws as extract
+    from bayes_microbench.posterior import item_draws as extract
 
     resp, truth = simulate_mirt(30, 60, seed=9)
     draws = extract(md_posterior(truth, n_draws=100, noise=0.1), max_draws=None, multidim=True)
@@ -403,15 +403,16 @@ def test_importance_sampling_matches_the_grid_at_two_dims():
 
 
 def test_importance_sampling_warns_when_its_weights_collapse(monkeypatch, caplog):
-    import bayes_microbench.scoring as scoring
+    import bayes_microbench.ability as ability
+    from bayes_microbench.posterior import item_draws
 
     resp, truth = simulate_mirt(5, 60, n_dims=3, seed=9)
-    draws = scoring.item_draws(md_posterior(truth, n_draws=5), max_draws=None, multidim=True)
-    scoring._importance_samples(draws, resp.values, np.random.default_rng(0))
+    draws = item_draws(md_posterior(truth, n_draws=5), max_draws=None, multidim=True)
+    ability._importance_samples(draws, resp.values, np.random.default_rng(0))
     assert "effective sample size" not in caplog.text
     # a proposal 20 times too narrow: a few points carry all the weight
-    monkeypatch.setattr(scoring, "IS_INFLATE", 0.05)
-    scoring._importance_samples(draws, resp.values, np.random.default_rng(0))
+    monkeypatch.setattr(ability, "IS_INFLATE", 0.05)
+    ability._importance_samples(draws, resp.values, np.random.default_rng(0))
     assert "importance sampling of 3-D abilities: the median effective sample size" in caplog.text
 
 

@@ -11,8 +11,9 @@ from bayes_microbench import Responses, simulate_responses
 from bayes_microbench import design as D
 from bayes_microbench.irt.calibration import calibration_hash
 from bayes_microbench.mdad import mdad_from_pairs
+from bayes_microbench.misfit import Misfit
 from bayes_microbench.population import Population, estimate_population
-from bayes_microbench.scoring import Misfit, posterior_from_truth
+from bayes_microbench.testing import posterior_from_truth
 
 N_ITEMS = 200
 HALF = N_ITEMS // 2
@@ -217,7 +218,8 @@ def test_subset_excess_is_zero_without_misfit_and_centred_for_random_subsets(mod
 def test_score_widens_the_interval_of_a_subset_that_loads_on_one_cluster():
     # the 1-D model misses the second ability; scored on items of the first cluster
     # only, a held-out llm's full accuracy strays by more than a random subset's would
-    from bayes_microbench.scoring import estimate_misfit, score
+    from bayes_microbench.misfit import estimate_misfit
+    from bayes_microbench.scoring import score
 
     resp, post, _ = _two_cluster_world(600, seed=7)
     train, held = resp.isel(llm=np.arange(400)), resp.isel(llm=np.arange(400, 600))

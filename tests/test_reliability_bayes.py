@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from bayes_microbench import UserInputError, simulate_responses
 from bayes_microbench import design as D
 from bayes_microbench.exceptions import ConvergenceWarning
-from bayes_microbench.scoring import item_draws, posterior_from_truth
+from bayes_microbench.posterior import item_draws
+from bayes_microbench.testing import posterior_from_truth
 
 from .conftest import write_posterior
 
@@ -178,7 +179,8 @@ def test_design_commands_refuse_an_interval_from_too_few_draws(files, capsys, co
 
 
 def test_library_refuses_a_single_draw_interval(files):
-    from bayes_microbench.scoring import FewDrawsError, score
+    from bayes_microbench.posterior import FewDrawsError
+    from bayes_microbench.scoring import score
 
     one = files["post"].isel(chain=[0], draw=[0])
     with pytest.raises(FewDrawsError, match="1 posterior draw"):
@@ -201,7 +203,8 @@ def test_interval_width_is_zero_only_when_the_answer_is_certain(n_obs, n_draws, 
     (With one or two unasked items a 90% interval of the discrete accuracy may
     rightly be a point; 50 observed of 50 is the certain case.)
     """
-    from bayes_microbench.scoring import MIN_MEMORY_DRAWS, FewDrawsError, score
+    from bayes_microbench.posterior import MIN_MEMORY_DRAWS, FewDrawsError
+    from bayes_microbench.scoring import score
 
     resp, truth = simulate_responses(
         "gpqa", n_llms=2, n_items=50, random_seed=seed % 7, return_truth=True

@@ -387,7 +387,7 @@ def test_output_set_rolls_back_a_failed_swap(tmp_path, monkeypatch):
 def curves_results():
     """Two real design_curves results (sizes 10 and 10, 25) from the shipped posterior."""
     from bayes_microbench.design import design_curves
-    from bayes_microbench.scoring import read_posterior
+    from bayes_microbench.posterior import read_posterior
 
     posterior = read_posterior(POSTERIOR)
     return posterior, {
@@ -399,10 +399,10 @@ def curves_results():
 def _mdad_command(monkeypatch, curves_results, sizes, folder) -> int:
     """The mdad command with its posterior and curves precomputed (the command's writes run)."""
     import bayes_microbench.design as design
-    import bayes_microbench.scoring as scoring
+    import bayes_microbench.posterior as posterior_layer
 
     posterior, results = curves_results
-    monkeypatch.setattr(scoring, "read_posterior", lambda path: posterior)
+    monkeypatch.setattr(posterior_layer, "read_posterior", lambda path: posterior)
     monkeypatch.setattr(design, "design_curves", lambda *a, **kw: results[sizes])
     spec = ",".join(map(str, sizes))
     return main(["mdad", "--posterior", str(POSTERIOR), "--sizes", spec, "--output", str(folder),

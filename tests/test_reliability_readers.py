@@ -659,7 +659,7 @@ def test_saved_responses_load_back_equal(tmp_path_factory, r, suffix):
 
 
 def test_score_says_nothing_of_the_items_a_subset_leaves_unasked(tmp_path, capsys):
-    from bayes_microbench.scoring import read_posterior
+    from bayes_microbench.posterior import read_posterior
 
     posterior = ROOT / "models" / "gpqa-2pl.nc"
 

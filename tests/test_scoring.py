@@ -9,15 +9,10 @@ import pytest
 import xarray as xr
 
 from bayes_microbench import Responses, UserInputError, simulate_responses
-from bayes_microbench.scoring import (
-    Misfit,
-    estimate_misfit,
-    item_draws,
-    pairwise_ranking,
-    posterior_from_truth,
-    score,
-    wilson_interval,
-)
+from bayes_microbench.misfit import Misfit, estimate_misfit
+from bayes_microbench.posterior import item_draws
+from bayes_microbench.scoring import pairwise_ranking, score, wilson_interval
+from bayes_microbench.testing import posterior_from_truth
 
 from .conftest import write_posterior
 

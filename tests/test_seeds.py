@@ -13,7 +13,7 @@ import pytest
 
 from bayes_microbench import _defaults, simulate_responses
 from bayes_microbench import design as D
-from bayes_microbench.scoring import posterior_from_truth
+from bayes_microbench.testing import posterior_from_truth
 
 SEED_LINE = re.compile(r"random_seed=None drew seed (\d+)")
 

@@ -59,7 +59,7 @@ def test_lm_eval_samples_only_for_task_doc_ids():
 
 def test_select_from_posterior_random_bayesian_and_frequentist():
     from bayes_microbench.design import select_from_posterior
-    from bayes_microbench.scoring import posterior_from_truth
+    from bayes_microbench.testing import posterior_from_truth
 
     resp, truth = simulate_responses(
         "gpqa", model="2pl", n_llms=50, n_items=60, random_seed=1, return_truth=True

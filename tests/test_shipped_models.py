@@ -34,7 +34,7 @@ UNCONVERGED = {
 def folder(tmp_path_factory) -> Path:
     """A models folder: a converged ``musr-2pl`` (the key ``musr``) and an unconverged ``odd``."""
     from bayes_microbench import simulate_responses
-    from bayes_microbench.scoring import posterior_from_truth
+    from bayes_microbench.testing import posterior_from_truth
 
     out = tmp_path_factory.mktemp("models")
     _, truth = simulate_responses("gpqa", n_llms=20, n_items=12, random_seed=0, return_truth=True)

@@ -11,7 +11,7 @@ from bayes_microbench import simulate_responses
 from bayes_microbench.cli import main
 from bayes_microbench.exceptions import UserInputError
 from bayes_microbench.io import save_responses
-from bayes_microbench.scoring import posterior_from_truth
+from bayes_microbench.testing import posterior_from_truth
 from bayes_microbench.validate import FittedPosterior, validate
 
 

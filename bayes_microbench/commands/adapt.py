@@ -133,7 +133,7 @@ def _known(answers: dict[str, int], index: set[str], flag: str, path: str) -> No
 def run(args: argparse.Namespace) -> int:
     from ..adaptive import AdaptiveState, Reference, Settings, run_replay, summaries
     from ..io import write_atomic
-    from ..scoring import read_posterior_file
+    from ..posterior import read_posterior_file
     from .select import lm_eval_samples
 
     check_output_file(args.output, suggest="next.json")

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from ..exceptions import UserInputError
     from ..io import load_responses, read_subset
     from ..mdad import check_threshold
-    from ..scoring import read_posterior_file
+    from ..posterior import read_posterior_file
 
     check_output_folder(args.output)
     threshold = check_threshold(args.threshold, "--threshold")

@@ -68,7 +68,7 @@ def _number(v: float) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     from ..design import plan, saved_population
-    from ..scoring import read_posterior_file
+    from ..posterior import read_posterior_file
 
     posterior, saved = read_posterior_file(args.posterior)
     population = None if args.raw_model else saved_population(saved, args.posterior)

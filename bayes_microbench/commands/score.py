@@ -8,7 +8,7 @@ interval; beside it the Wilson interval of its subset accuracy.
 On real benchmarks the plain IRT predictive is overconfident about the
 unobserved items. The interval printed is the calibrated one: ``fit`` saves
 with the posterior its calibration on the llms it was fitted on
-(``scoring.estimate_misfit`` by item-split cross-validation: a piecewise-linear
+(``misfit.estimate_misfit`` by item-split cross-validation: a piecewise-linear
 recentring and rescaling in the IRT prediction and the empirical quantiles of
 the standardized residuals; split-conformal intervals), and ``score`` applies
 it. ``--calibrate-with PATH`` (responses of the llms the posterior was fitted
@@ -67,7 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..exceptions import UserInputError
     from ..io import load_responses
-    from ..scoring import estimate_misfit, read_posterior_file, score
+    from ..misfit import estimate_misfit
+    from ..posterior import read_posterior_file
+    from ..scoring import score
 
     if args.raw_model and args.calibrate_with is not None:
         raise UserInputError("--raw-model and --calibrate-with contradict each other; drop one")

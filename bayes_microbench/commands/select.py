@@ -123,7 +123,7 @@ def _check_n(n: int, n_items: int, source: str) -> None:
 
 def _run_from_posterior(args: argparse.Namespace) -> int:
     from ..design import select_from_posterior
-    from ..scoring import read_posterior
+    from ..posterior import read_posterior
 
     posterior = read_posterior(args.posterior)
     _check_n(args.n, int(posterior.sizes["item"]), f"--posterior {args.posterior}")

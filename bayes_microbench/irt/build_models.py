@@ -197,8 +197,9 @@ def compaction_check(full: Path, thinned: Path, resp: Any, *, seed: int = 0) -> 
     import numpy as np
 
     from ..design import design_curves, saved_population
+    from ..posterior import read_posterior_file
     from ..responses import Responses
-    from ..scoring import read_posterior_file, score
+    from ..scoring import score
 
     rng = np.random.default_rng(seed)
     picks = np.sort(rng.choice(resp.n_llms, size=min(CHECK_LLMS, resp.n_llms), replace=False))
@@ -503,7 +504,7 @@ otherwise; see `bayes_microbench/irt/model.py`),
 
 ## Calibration
 The file carries a `calibration` group: the split-conformal recalibration of the
-IRT predictive of unobserved items (`scoring.estimate_misfit`, item-split
+IRT predictive of unobserved items (`misfit.estimate_misfit`, item-split
 cross-validation on the {c["n_llms"]} llms it was fitted on, in-sample for the items,
 random subsets of {cal_sizes} items, 2 splits, 200 draws, seed {c.get("seed", 0)}), with a
 `calibration_hash` checked on load. `score` applies it by default (`--raw-model`

@@ -1,7 +1,7 @@
 """The calibration a fitted posterior carries: its misfit on the responses it was fitted on.
 
 Why: on real benchmarks the plain IRT predictive of the unobserved items is
-overconfident; :func:`bayes_microbench.scoring.estimate_misfit` recalibrates it
+overconfident; :func:`bayes_microbench.misfit.estimate_misfit` recalibrates it
 (split-conformal intervals). Computing it when the posterior is fitted and
 saving it in the ``.nc`` makes the calibrated interval the default answer. It is
 in-sample for the item parameters (``estimate_misfit`` with ``fit=None``); why,
@@ -45,7 +45,7 @@ def calibration_sizes(responses: Responses) -> list[int]:
 def calibrate_fitted(
     fit: Any, responses: Responses, *, random_seed: int | None = 0, max_draws: int | None = None
 ) -> Any:
-    """The :class:`~bayes_microbench.scoring.Misfit` of a fitted posterior on its own llms.
+    """The :class:`~bayes_microbench.misfit.Misfit` of a fitted posterior on its own llms.
 
     Parameters
     ----------
@@ -68,7 +68,7 @@ def calibrate_fitted(
     """
     import pandas as pd
 
-    from ..scoring import estimate_misfit
+    from ..misfit import estimate_misfit
 
     posterior = getattr(fit, "posterior", fit)
     # the items the posterior kept (the engine drops items no llm answered)

@@ -21,10 +21,13 @@ import xarray as xr
 
 from .._defaults import DEFAULT_CI_PROB
 from ..exceptions import ConfigurationError
+from ..response_model import logit_md, loglik, prob
 
 logger = logging.getLogger(__name__)
 
 
+#: (draws x) cells per vectorized block of the checks (about 32 MB of float64 each).
+_CHUNK_CELLS = 4_000_000
 #: Fewest posterior draws a posterior predictive check uses: its p-values move in steps
 #: of 1 / draws, and one outside [0.05, 0.95] needs at least 20 to be seen at all.
 MIN_PPC_DRAWS = 20
@@ -89,14 +92,12 @@ def _observed(fit: Any) -> np.ndarray:
     return np.asarray(tree["observed_data"]["correct"].values, dtype=np.float64)
 
 
-def _p_correct(d: dict[str, np.ndarray], s: int) -> np.ndarray:
-    ab, a = d["ability"][s], d["discrimination"][s]
-    if ab.ndim == 2:  # multidimensional 2PL: ability (llm, dim), discrimination (item, dim)
-        eta = ab @ a.T + d["intercept"][s][None, :]
-    else:
-        eta = ab[:, None] * a[None, :] + d["intercept"][s][None, :]
-    c = d["guessing"][s][None, :]
-    return c + (1.0 - c) / (1.0 + np.exp(-eta))
+def _p_correct(d: dict[str, np.ndarray], s: int | slice) -> np.ndarray:
+    """P(correct) of every (llm, item) under draw ``s`` ``(L, I)``, or draws ``s`` ``(S, L, I)``."""
+    ab, a, e = d["ability"][s], d["discrimination"][s], d["intercept"][s]
+    if d["ability"].ndim == 2:  # 1-D: a slope-intercept logit is the md one with D = 1
+        ab, a = ab[..., None], a[..., None]
+    return prob(logit_md(ab, a, e), d["guessing"][s][..., None, :])
 
 
 def _ppp(rep: np.ndarray, obs: np.ndarray) -> np.ndarray:
@@ -163,13 +164,15 @@ def posterior_predictive_check(
     acc_rep = np.empty((n_s, y.shape[0]))
     item_rep = np.empty((n_s, y.shape[1]))
     sorted_rep = np.empty((n_s, y.shape[0]))
-    for s in range(n_s):
-        p = _p_correct(d, s)
+    chunk = max(1, _CHUNK_CELLS // max(1, y.size))
+    for start in range(0, n_s, chunk):  # vectorized over draws, chunked to bound memory
+        sl = slice(start, min(n_s, start + chunk))
+        p = _p_correct(d, sl)  # (s, L, I); uniforms in the order of a loop over draws
         yr = (rng.random(p.shape) < p) & obs
-        scores = yr.sum(axis=1)
-        acc_rep[s] = scores / n_obs_llm
-        item_rep[s] = yr.sum(axis=0) / n_obs_item
-        sorted_rep[s] = np.sort(scores)
+        scores = yr.sum(axis=2)
+        acc_rep[sl] = scores / n_obs_llm
+        item_rep[sl] = yr.sum(axis=1) / n_obs_item
+        sorted_rep[sl] = np.sort(scores, axis=1)
     lo, hi = (1 - ci_prob) / 2, 1 - (1 - ci_prob) / 2
     bounds = xr.DataArray(["lower", "upper"], dims="ci_bound")
 
@@ -255,21 +258,19 @@ def log_likelihood(fit: Any, *, max_draws: int = 400) -> xr.DataTree:
     a = np.asarray(post["discrimination"].values, dtype=np.float64)
     e = np.asarray(post["intercept"].values, dtype=np.float64)
     g = np.asarray(post["guessing"].values, dtype=np.float64) if "guessing" in post else None
-    ll = np.empty((n_chain, n_draw, len(yk)), dtype=np.float32)
-    for c in range(n_chain):
-        for s in range(n_draw):
-            if ab.ndim == 4:  # multidimensional 2PL: sum over the ability dims
-                eta = np.einsum("kd,kd->k", ab[c, s, rows], a[c, s, cols]) + e[c, s, cols]
-            else:
-                eta = ab[c, s, rows] * a[c, s, cols] + e[c, s, cols]
-            if g is None:
-                ll[c, s] = yk * eta - np.logaddexp(0.0, eta)
-            else:
-                gc = g[c, s, cols]
-                with np.errstate(divide="ignore"):
-                    log_p = np.logaddexp(np.log(gc), np.log1p(-gc) - np.logaddexp(0.0, -eta))
-                log_q = np.log1p(-gc) - np.logaddexp(0.0, eta)
-                ll[c, s] = np.where(yk == 1.0, log_p, log_q)
+    n = n_chain * n_draw
+    ab, a, e = ab.reshape(n, *ab.shape[2:]), a.reshape(n, *a.shape[2:]), e.reshape(n, -1)
+    if ab.ndim == 2:  # 1-D: the md logit with D = 1
+        ab, a = ab[..., None], a[..., None]
+    if g is not None:
+        g = np.broadcast_to(g, (n_chain, n_draw, g.shape[-1])).reshape(n, -1)
+    ll = np.empty((n, len(yk)), dtype=np.float32)
+    chunk = max(1, _CHUNK_CELLS // max(1, len(yk) * ab.shape[-1]))
+    for start in range(0, n, chunk):  # vectorized over draws and cells, chunked
+        sl = slice(start, min(n, start + chunk))
+        eta = np.einsum("skd,skd->sk", ab[sl][:, rows], a[sl][:, cols]) + e[sl][:, cols]
+        ll[sl] = loglik(eta, yk, None if g is None else g[sl][:, cols])
+    ll = ll.reshape(n_chain, n_draw, len(yk))
     cell = xr.Dataset(
         {"correct": (("chain", "draw", "cell"), ll)},
         coords={

@@ -16,7 +16,7 @@ Root attrs: ``model``, ``config_json``, ``config_hash``, ``sampler_json``,
 ``thin``, ``wall_seconds``.
 
 Group ``calibration`` (optional; :mod:`bayes_microbench.irt.calibration`): the
-:class:`~bayes_microbench.scoring.Misfit` of the posterior on the responses it
+:class:`~bayes_microbench.misfit.Misfit` of the posterior on the responses it
 was fitted on (``Misfit.to_dataset``), with its ``calibration_hash`` attr
 checked on load. Files without it still load (``calibration`` is then None).
 
@@ -74,7 +74,7 @@ def save_posterior(
     thin
         Keep every ``thin``-th draw.
     calibration
-        A :class:`~bayes_microbench.scoring.Misfit` to store in the
+        A :class:`~bayes_microbench.misfit.Misfit` to store in the
         ``calibration`` group (default: the fit's own ``calibration``, if any).
     """
     from .. import __version__
@@ -239,7 +239,7 @@ def _read_calibration(tree: xr.DataTree, path: Path) -> Any:
     """The saved Misfit, or None; a group whose values do not match its hash is refused."""
     if CALIBRATION_GROUP not in tree.children:
         return None
-    from ..scoring import Misfit
+    from ..misfit import Misfit
     from .calibration import calibration_hash
 
     ds = tree[CALIBRATION_GROUP].to_dataset()

@@ -40,8 +40,10 @@ import xarray as xr
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.optimize import minimize
 
+from .. import response_model
+from ..ability import ability_grid, ability_posterior_samples
 from ..exceptions import UserInputError
-from ..scoring import ItemDraws, ability_grid, ability_posterior_samples, item_draws
+from ..posterior import ItemDraws, item_draws
 from ._cluster import single_blas_thread
 from .base import Seed, Selection, check_size
 
@@ -107,9 +109,9 @@ def quick_item_posterior(
     d = d + np.exp(log_a) * t_mean
     theta = (theta - t_mean) / t_sd
     log_a = np.log(a)
-    eta = theta[:, None] * a[None, :] + d[None, :]
-    s = 0.5 + 0.5 * np.tanh(0.5 * eta)
-    p = np.clip(c + (1 - c) * s, 1e-12, 1 - 1e-12)
+    eta = response_model.logit_md(theta[:, None], a[:, None], d)
+    s = response_model.prob(eta)
+    p = np.clip(response_model.prob(eta, c), 1e-12, 1 - 1e-12)
     w = np.where(mask, ((1 - c) * s * (1 - s)) ** 2 / (p * (1 - p)), 0.0)
     # expected information of (d, log a) given theta, plus the prior precision
     j_dd = w.sum(axis=0) + 1 / sd_d**2

@@ -28,7 +28,7 @@ import numpy as np
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import ndtr
 
-from ..scoring import ItemDraws
+from ..posterior import ItemDraws
 from .bayes_fisher import _BayesSelectorBase, greedy
 
 #: Expected-accuracy gaps (points) of the close pairs the selection targets.
