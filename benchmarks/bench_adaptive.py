@@ -223,6 +223,8 @@ def body(saved: dict[str, Any]) -> str:
                 f"| {goal} | {rule} | {len(rs)} | {used.mean():.1f} | {np.median(used):.0f} | "
                 f"{len(stopped) / len(rs):.2f} | {cov} | {dec} |"
             )
+    if "replay_commit" in saved:
+        lines += ["", f"Replays run at commit {saved['replay_commit']}."]
     widths = ", ".join(f"{sp['target_width'] * 100:.1f}" for sp in saved["splits"])
     lines += ["", f"Target widths per split (points): {widths}."]
     cost = saved.get("cost")
@@ -231,7 +233,10 @@ def body(saved: dict[str, Any]) -> str:
             "",
             f"Cost of one choice among {cost['n_items']} items (simulated 2PL-like posterior, "
             "200 draws, 20 answers; median of 5, including the posterior summary), seconds: "
-            + ", ".join(f"{k} {v:.3f}" for k, v in cost.items() if k != "n_items")
+            + ", ".join(
+                f"{k} {v:.3f}" for k, v in cost.items() if k not in ("n_items", "commit")
+            )
+            + (f" (measured at commit {cost['commit']})" if "commit" in cost else "")
             + ".",
         ]
     return "\n".join(lines)
@@ -276,8 +281,9 @@ def main() -> None:
             budget=args.budget,
             batch=args.batch,
             splits=splits,
+            replay_commit=commit(),
         )
-    saved["cost"] = choice_cost()
+    saved["cost"] = {**choice_cost(), "commit": commit()}
     saved.update(commit=commit(), machine=machine())
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(saved, indent=2) + "\n")
