@@ -346,6 +346,23 @@ def test_nan_correlation_matches_numpy():
         assert c[i, j] == pytest.approx(np.corrcoef(x[both, i], x[both, j])[0, 1], abs=1e-12)
 
 
+def test_nan_correlation_without_missing_cells_equals_the_pairwise_rule():
+    from bayes_microbench.selectors._cluster import _full_correlation, _pairwise_correlation
+
+    rng = np.random.default_rng(3)
+    x = (rng.random((30, 60)) < 0.6).astype(float)
+    x[:, :4] = 1.0  # constant items (two values), some identical
+    x[:, 4] = 0.0
+    x[:, 10] = x[:, 11]
+    c = rng.random((25, 40))
+    c[:, 3] = 0.3
+    c[:, 4] = c[:, 5]
+    for m in (x, c, x[:1], x[:2]):
+        np.testing.assert_array_equal(_full_correlation(m), _pairwise_correlation(m))
+    assert nan_correlation(x)[0, 1] == 1.0  # identical constant items
+    assert nan_correlation(x)[0, 4] == 0.0  # constant items of different values
+
+
 def test_kmeans_1d_is_globally_optimal():
     rng = np.random.default_rng(2)
     for _ in range(60):

@@ -1,4 +1,4 @@
-"""Small seeded numeric kernels shared by the selectors (numpy only).
+"""Small seeded numeric kernels shared by the selectors (numpy; k-medoids from ``kmedoids``).
 
 * :func:`nan_correlation`: item x item Pearson correlation over the llms
   observed on both items (pairwise-complete), with a documented value for
@@ -7,8 +7,8 @@
   non-empty.
 * :func:`kmeans_1d`: exact (globally optimal) weighted k-means on a line by
   dynamic programming; deterministic.
-* :func:`kmedoids`: PAM swap search on a precomputed distance matrix, all
-  candidate swaps scored at once (the FastPAM1 decomposition of the loss change).
+* :func:`kmedoids`: FasterPAM on a precomputed distance matrix (the ``kmedoids``
+  package, one thread) from seeded random starting medoids.
 * :func:`sample_projection_dpp`: exact sampling from a projection DPP
   ``K = V V^T`` (the chain rule, as a sequential Cholesky of ``K``).
 
@@ -78,6 +78,13 @@ def nan_correlation(x: np.ndarray) -> np.ndarray:
     except that two items with identical observed values get 1 and every item
     has correlation 1 with itself.
     """
+    if not np.isnan(x).any():
+        return _full_correlation(x)
+    return _pairwise_correlation(x)
+
+
+def _pairwise_correlation(x: np.ndarray) -> np.ndarray:
+    """:func:`nan_correlation` in general: per-pair counts and sums as matrix products."""
     obs = ~np.isnan(x)
     m = obs.astype(np.float64)
     x0 = np.where(obs, x, 0.0)
@@ -97,6 +104,58 @@ def nan_correlation(x: np.ndarray) -> np.ndarray:
     defined = (n >= 2) & (var_i > tiny) & (var_j > tiny) & np.isfinite(corr)
     identical = (n >= 1) & (np.abs(sq_diff) <= tiny)
     out = np.where(defined, np.clip(corr, -1.0, 1.0), np.where(identical, 1.0, 0.0))
+    np.fill_diagonal(out, 1.0)
+    return out
+
+
+def _full_correlation(x: np.ndarray) -> np.ndarray:
+    """:func:`nan_correlation` of a matrix without missing cells, with fewer n x n passes.
+
+    The common-row counts and the per-pair sums of the general case are then
+    per-item vectors, so only the cross products are an item x item matrix; the
+    same operations in the same order give the same numbers (exactly, for 0/1
+    values). The undefined-correlation rule is applied only to the rows and
+    columns of the items whose variance may be below the threshold.
+
+    Why: at 6000 seen items the general case made some twenty 288 MB temporaries
+    and took most of anchor-points' time (docs/decisions/0021).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    rows, n_items = x.shape
+    s = x.sum(0)
+    ss = (x * x).sum(0)
+    out = x.T @ x  # sxy, then the correlation in place
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = ss - s * s / rows
+        outer = np.multiply.outer(s, s)
+        outer /= rows
+        out -= outer
+        np.multiply.outer(var, var, out=outer)
+        np.sqrt(outer, out=outer)
+        out /= outer
+    del outer
+    np.clip(out, -1.0, 1.0, out=out)
+    # the general rule's threshold is 1e-12 * max(1, |ss_i| + |ss_j|): items above it
+    # for every j are defined against every item with a defined variance
+    absss = np.abs(ss)
+    low = np.flatnonzero(~(var > 1e-12 * np.maximum(1.0, absss.max(initial=0.0) + absss)))
+    if rows < 2:
+        low = np.arange(n_items)
+    if low.size:
+        xl = x[:, low]
+        sxy = xl.T @ x  # rows of the low-variance items
+        scale = np.maximum(1.0, absss[low][:, None] + absss[None, :])
+        tiny = 1e-12 * scale
+        with np.errstate(invalid="ignore"):
+            sq_diff = ss[low][:, None] + ss[None, :] - 2.0 * sxy
+        block = out[low]
+        defined = (
+            (rows >= 2) & (var[low][:, None] > tiny) & (var[None, :] > tiny) & np.isfinite(block)
+        )
+        identical = (rows >= 1) & (np.abs(sq_diff) <= tiny)
+        block = np.where(defined, block, np.where(identical, 1.0, 0.0))
+        out[low] = block
+        out[:, low] = block.T
     np.fill_diagonal(out, 1.0)
     return out
 
@@ -262,111 +321,43 @@ def kmedoids(
     k: int,
     rng: np.random.Generator,
     *,
-    max_passes: int = 100,
+    max_iter: int = 100,
 ) -> np.ndarray:
-    """k-medoids by PAM swaps with eager acceptance (FasterPAM; Schubert & Rousseeuw).
+    """k-medoids by FasterPAM (Schubert & Rousseeuw), from the ``kmedoids`` package.
 
-    Starts from ``k`` distinct items drawn uniformly (the study's
-    ``kmedoids.fasterpam(..., init="random")``). Each non-medoid ``x`` in turn
-    scores the swap with every medoid at once (the FastPAM1 decomposition of
-    the change in total distance to the nearest medoid) and the best
-    improving swap is applied immediately; the search stops after a full
-    pass without improvement (a local optimum of the PAM objective).
-    Returns the medoid indices (distinct).
+    Parameters
+    ----------
+    dist
+        Symmetric n x n distances; float32 is passed as is, anything else as float64.
+    k
+        Number of medoids, ``1 <= k <= n``.
+    rng
+        Draws the ``k`` distinct starting items uniformly (the study's
+        ``kmedoids.fasterpam(..., init="random")``, from our seeded stream).
+    max_iter
+        Passes over the items at most (a warning is logged when all are used).
+
+    Returns
+    -------
+    numpy.ndarray
+        The medoid indices (distinct, int64): a local optimum of the PAM objective.
+
+    Why: the library is FasterPAM's author's Rust implementation, on one thread
+    (workers are the parallelism); docs/decisions/0021 compares it with ours.
     """
+    from kmedoids import fasterpam
+
     n = dist.shape[0]
     if not 1 <= k <= n:
         raise ValueError(f"kmedoids: k={k} must lie in [1, {n}]")
     medoids = rng.choice(n, size=k, replace=False)
     if k == n:
         return medoids
-    scale = float(np.abs(dist).max()) or 1.0
-    eps = 1e-12 * scale
-    is_medoid = np.zeros(n, dtype=bool)
-    is_medoid[medoids] = True
-    if k == 1:
-        # one medoid: the loss of swapping in x is simply its total distance minus the current one
-        while True:
-            total = dist.sum(0)
-            total[medoids] = np.inf
-            x = int(np.argmin(total))
-            if not total[x] < dist[:, medoids[0]].sum() - eps:
-                return medoids
-            medoids[0] = x
-
-    # nearest / second-nearest medoid (positions) and distances of every item
-    dm = dist[:, medoids]
-    two = np.argsort(dm, axis=1, kind="stable")[:, :2]
-    near, sec = two[:, 0].copy(), two[:, 1].copy()
-    rows = np.arange(n)
-    dn, ds = dm[rows, near], dm[rows, sec]
-
-    def after_swap(i: int, x: int) -> None:
-        """Update nearest / second after medoid position ``i`` became item ``x``."""
-        dx = dist[:, x]
-        lost = (near == i) | (sec == i)
-        keep = ~lost
-        # items that did not use medoid i: x may become their first or second
-        first = keep & (dx < dn)
-        second = keep & ~first & (dx < ds)
-        sec[first], ds[first] = near[first], dn[first]
-        near[first], dn[first] = i, dx[first]
-        sec[second], ds[second] = i, dx[second]
-        # items that used medoid i: recompute from scratch
-        idx = np.flatnonzero(lost)
-        if idx.size:
-            sub = dist[idx][:, medoids]
-            t2 = np.argsort(sub, axis=1, kind="stable")[:, :2]
-            near[idx], sec[idx] = t2[:, 0], t2[:, 1]
-            r = np.arange(idx.size)
-            dn[idx], ds[idx] = sub[r, t2[:, 0]], sub[r, t2[:, 1]]
-
-    def grouping() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        removal = np.bincount(near, weights=ds - dn, minlength=k)
-        order = np.argsort(near, kind="stable")
-        present, starts = np.unique(near[order], return_index=True)
-        return removal, order, present, starts
-
-    removal, order, present, starts = grouping()
-    # Candidates are scored in blocks (one matrix operation per block); the
-    # first improving candidate of a block is swapped in and the scan resumes
-    # right after it, which is exactly the one-at-a-time eager scan.
-    block = 32
-    since_swap = 0
-    pos = 0
-    for _ in range(max_passes * n):
-        if since_swap >= n:
-            break
-        cand = (pos + np.arange(min(block, n - since_swap))) % n
-        d = dist[cand].T  # n x B (dist is symmetric)
-        shared = np.minimum(d - dn[:, None], 0.0).sum(0)
-        corr = np.where(
-            d < dn[:, None],
-            (dn - ds)[:, None],
-            np.where(d < ds[:, None], d - ds[:, None], 0.0),
-        )
-        grouped = np.zeros((k, cand.size))
-        grouped[present] = np.add.reduceat(corr[order], starts, axis=0)
-        delta = removal[:, None] + grouped + shared[None, :]
-        delta[:, is_medoid[cand]] = np.inf
-        hits = np.flatnonzero(delta.min(0) < -eps)
-        if hits.size == 0:
-            since_swap += cand.size
-            pos = int((pos + cand.size) % n)
-            continue
-        j = int(hits[0])
-        x = int(cand[j])
-        i = int(np.argmin(delta[:, j]))
-        is_medoid[medoids[i]] = False
-        medoids[i] = x
-        is_medoid[x] = True
-        after_swap(i, x)
-        removal, order, present, starts = grouping()
-        since_swap = 1
-        pos = (x + 1) % n
-    else:
-        logger.warning("kmedoids: stopped after %d blocks without converging", max_passes * n)
-    return medoids
+    d = dist if dist.dtype == np.float32 else np.asarray(dist, dtype=np.float64)
+    result = fasterpam(d, medoids, max_iter=max_iter, n_cpu=1)
+    if result.n_iter >= max_iter:
+        logger.warning("kmedoids: stopped after %d passes, perhaps before converging", max_iter)
+    return np.asarray(result.medoids, dtype=np.int64)
 
 
 # ------------------------------------------------------------- projection DPP

@@ -10,9 +10,14 @@ the estimate is the weighted mean of the target's responses on the medoids.
 
 Our choices, written down:
 
-* k-medoids: PAM swap search from ``n`` distinct items drawn with the seed
-  (the study ran ``kmedoids.fasterpam(..., init="random")``): a local optimum
-  of the same objective.
+* k-medoids: the study's ``kmedoids.fasterpam`` (FasterPAM), from ``n``
+  distinct items drawn with our seed rather than the package's own
+  ``init="random"``: a local optimum of the same objective.
+* FasterPAM searches a float32 copy of the distances: it rounds away the
+  last-bit differences the matrix products leave between items with identical
+  source responses, which FasterPAM on float64 takes as improving swaps; the
+  clusters (weights) are read from the float64 distances, as before
+  (docs/decisions/0021).
 * Correlations are pairwise-complete over the source llms observed on both
   items. Where a correlation is undefined (an item every source llm got right,
   or wrong, or fewer than two common llms) it is 0, i.e. distance 1: such
@@ -50,9 +55,14 @@ class AnchorPointsSelector:
     ) -> PreparedAnchorPoints:
         src, _, conf = check_inputs(source, subtask_codes, confidence, self.name)
         x, note = signal(src, conf)
-        dist = 1.0 - nan_correlation(x)
+        dist = nan_correlation(x)
+        np.subtract(1.0, dist, out=dist)
         return PreparedAnchorPoints(
-            name=self.name, n_seen=int(src.shape[1]), distance=dist, info={"signal": note}
+            name=self.name,
+            n_seen=int(src.shape[1]),
+            distance=dist,
+            search_distance=dist.astype(np.float32),
+            info={"signal": note},
         )
 
 
@@ -61,13 +71,14 @@ class PreparedAnchorPoints:
     name: str
     n_seen: int
     distance: np.ndarray = field(repr=False)
+    search_distance: np.ndarray = field(repr=False)  # float32, for FasterPAM
     info: dict[str, Any] = field(default_factory=dict)
 
     @on_one_blas_thread
     def select(self, n: int, random_seed: Seed = None) -> Selection:
         check_size(n, self.n_seen, self.name)
         rng = np.random.default_rng(random_seed)
-        medoids = kmedoids(self.distance, int(n), rng)
+        medoids = kmedoids(self.search_distance, int(n), rng)
         members = self.distance[:, medoids].argmin(1)
         members[medoids] = np.arange(medoids.size)
         sizes = np.bincount(members, minlength=medoids.size)
