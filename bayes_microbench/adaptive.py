@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._defaults import DEFAULT_CI_PROB
+from ._defaults import DEFAULT_CI_PROB, DEFAULT_RANK_PROB
 from .ability import ability_grid, ability_posterior_samples
 from .exceptions import UserInputError
 from .misfit import Misfit
@@ -74,15 +74,30 @@ def posterior_fingerprint(draws: ItemDraws) -> str:
 
 @dataclass
 class Settings:
-    """The goal and stopping rules of one adaptive run."""
+    """The goal and stopping rules of one adaptive run.
+
+    ``prob`` (None: the goal's default) is the interval probability of the
+    ``accuracy`` goal (``DEFAULT_CI_PROB``) or the certainty at which the ``rank``
+    goal stops (``DEFAULT_RANK_PROB``), as the ``adapt`` command's ``--prob``.
+    """
 
     goal: str = "accuracy"
     width: float = 0.02
-    prob: float = DEFAULT_CI_PROB
+    prob: float | None = None
     budget: int = 200
     minimum: int = 5
     rule: str = "goal"
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.prob is None:
+            self.prob = DEFAULT_RANK_PROB if self.goal == "rank" else DEFAULT_CI_PROB
+
+    @property
+    def level(self) -> float:
+        """``prob`` as set (never None after construction)."""
+        assert self.prob is not None
+        return float(self.prob)
 
     def check(self) -> Settings:
         """Validate every field; one :class:`UserInputError` naming the bad one."""
@@ -96,7 +111,7 @@ class Settings:
                 "(0, 1] (the CLI's --width takes points in (0, 100])"
             )
         low = 0.5 if self.goal == "rank" else 0.0
-        if not (np.isfinite(self.prob) and low < self.prob < 1):
+        if not (np.isfinite(self.level) and low < self.level < 1):
             raise UserInputError(
                 f"prob: {self.prob!r} is out of range; give a probability in ({low:g}, 1)"
             )
@@ -273,7 +288,7 @@ class AdaptiveState:
             return dict(self._cache[1])
         s = self.settings
         acc, ability, observed = self._accuracy_draws(self.answers, keep=True)
-        alpha = (1 - s.prob) / 2
+        alpha = (1 - s.level) / 2
         lo, hi = np.quantile(acc, [alpha, 1 - alpha])
         out: dict[str, Any] = {
             "llm": self.llm,
@@ -285,7 +300,7 @@ class AdaptiveState:
             "accuracy_mean": float(acc.mean()),
             "accuracy_lower": float(lo),
             "accuracy_upper": float(hi),
-            "ci_prob": s.prob,
+            "ci_prob": s.level,
             "interval_kind": "calibrated" if self.misfit is not None else "raw",
         }
         if s.goal == "accuracy":
@@ -295,7 +310,7 @@ class AdaptiveState:
             ref = np.random.default_rng(s.seed).permutation(self._ref_draws)
             p = float(np.mean(acc > ref) + 0.5 * np.mean(acc == ref))
             out["p_above"] = p
-            decided = p >= s.prob or p <= 1 - s.prob
+            decided = p >= s.level or p <= 1 - s.level
             out["decision"] = ("above" if p >= 0.5 else "below") if decided else "undecided"
             met = bool(decided)
         left = int((self._pool & ~observed).sum())

@@ -23,6 +23,7 @@ clusters) plus a diagonal, so no llm's responses can be read back from it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,7 +170,7 @@ class Population:
         positions: np.ndarray | None = None,
         *,
         n_random: int = SUBSET_EXCESS_RANDOM,
-        random_seed: int | np.random.Generator | None = 0,
+        random_seed: int | Sequence[int] | np.random.Generator | None = 0,
     ) -> np.ndarray:
         """One llm's :meth:`subset_excess` after adding each candidate item to its subset.
 

@@ -198,7 +198,7 @@ class ItemDraws:
                 dtype=dtype,
             )
         # the intercept in dtype from its factors, as the 1-D logit computes its terms
-        icpt = -(self.discrimination.astype(dtype) * self.difficulty.astype(dtype))
+        icpt: np.ndarray = -(self.discrimination.astype(dtype) * self.difficulty.astype(dtype))
         return response_model.logit_md(ability, self.loadings, icpt, dtype=dtype)
 
     def prob(self, ability: np.ndarray, dtype: type = np.float64) -> np.ndarray:

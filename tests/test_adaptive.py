@@ -355,9 +355,6 @@ def test_stop_waits_for_the_smallest_calibrated_size(sim):
     assert cal["stopped"] == "goal"
 
 
-
-
-
 def test_goal_rule_counts_the_widening_its_subset_brings(sim):
     """With a saved population whose excess covariance loads on the items the variance rule
     asks first, the rule that counts the subset widening penalizes the rest of that cluster
@@ -418,6 +415,7 @@ def test_goal_rule_with_the_widening_stops_sooner_on_gpqa():
     for name in ("counted", "blind"):
         runs = []
         for k in np.random.default_rng(5).choice(resp.n_llms, 8, replace=False):
+
             def start(av, name=name):
                 st = AdaptiveState(post, settings=s, misfit=misfit, available=av, max_draws=200)
                 if name == "blind":
@@ -427,3 +425,14 @@ def test_goal_rule_with_the_widening_stops_sooner_on_gpqa():
             runs.append(run_replay(start, answers_of(resp, int(k)), 5)[0]["items_used"])
         used[name] = float(np.mean(runs))
     assert used["counted"] < 0.75 * used["blind"], used
+
+
+def test_library_and_command_share_each_goals_default_probability():
+    """``Settings`` defaults ``prob`` by goal as ``adapt --prob`` does: the interval
+    probability for ``accuracy``, the certainty to stop for ``rank``."""
+    from bayes_microbench._defaults import DEFAULT_CI_PROB, DEFAULT_RANK_PROB
+
+    assert Settings().prob == DEFAULT_CI_PROB
+    assert Settings(goal="rank").prob == DEFAULT_RANK_PROB
+    assert Settings(goal="rank", prob=0.8).prob == 0.8
+    assert Settings(**Settings(goal="rank").__dict__).check().prob == DEFAULT_RANK_PROB

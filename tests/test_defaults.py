@@ -139,7 +139,6 @@ def test_the_walk_finds_the_known_interval_parameters():
     for known in (
         ("bayes_microbench.irt.checks.posterior_predictive_check", "ci_prob"),
         ("bayes_microbench.irt.validity.coverage_study", "ci_prob"),
-        ("bayes_microbench.adaptive.Settings.__init__", "prob"),
         ("bayes_microbench.mdad.mdad_from_pairs", "ci_prob"),
         ("bayes_microbench.analytic.analytic_mdad", "ci_prob"),
     ):
