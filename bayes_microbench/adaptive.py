@@ -186,6 +186,9 @@ class AdaptiveState:
             pool[self._positions(list(self.available), "available items")] = True
         self._pool = pool
         self._mean = self.draws.mean()
+        pop = None if self.misfit is None else self.misfit.population
+        #: the saved population and the posterior's items' positions in it (None: no widening)
+        self._pop_positions = None if pop is None else pop.positions(self.draws.items)
         self._ref_draws: np.ndarray | None = None
         if self.settings.goal == "rank":
             if self.reference is None:
@@ -234,6 +237,13 @@ class AdaptiveState:
             new[key] = int(v)
         self.answers.update(new)
         self._cache = None
+
+    def _observed(self) -> np.ndarray:
+        """The items answered so far, as a mask over the posterior's items."""
+        observed = np.zeros(self.draws.n_items, dtype=bool)
+        if self.answers:
+            observed[self._positions(list(self.answers), "answers")] = True
+        return observed
 
     @property
     def n_used(self) -> int:
@@ -332,10 +342,7 @@ class AdaptiveState:
         if st["stopped"] is not None:
             return []
         k = min(int(k), self.settings.budget - self.n_used)
-        asked = self._positions(list(self.answers), "answers")
-        free = self._pool.copy()
-        free[asked] = False
-        cand = np.nonzero(free)[0]
+        cand = np.nonzero(self._pool & ~self._observed())[0]
         if len(cand) == 0 or k <= 0:
             return []
         scores = self.scores(cand)
@@ -357,15 +364,14 @@ class AdaptiveState:
     def _excess_after(self, cand: np.ndarray) -> np.ndarray | float:
         """The widening the interval would get after asking each candidate, as a variance of
         the number correct on the rest (0 without a saved population)."""
-        pop = None if self.misfit is None else self.misfit.population
-        positions = None if pop is None else pop.positions(self.draws.items)
-        if pop is None or positions is None or not self.answers:
+        positions = self._pop_positions
+        if positions is None or not self.answers:
             return 0.0
-        observed = np.zeros(self.draws.n_items, dtype=bool)
-        observed[self._positions(list(self.answers), "answers")] = True
+        assert self.misfit is not None and self.misfit.population is not None
+        observed = self._observed()
         prob, slope = plugin_response(self._mean, np.array([self._ability.mean()]))
         prob, slope = prob[0], slope[0]
-        excess = pop.excess_if_added(
+        excess = self.misfit.population.excess_if_added(
             prob, slope, observed, cand, positions, random_seed=[self.settings.seed, self.n_used]
         )
         rest = self.draws.n_items - self.n_used - 1
@@ -382,10 +388,7 @@ class AdaptiveState:
 
     def _particles(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """P(correct) of every unobserved item under each joint draw ``(S, I)`` and its sums."""
-        d = self.draws
-        observed = np.zeros(d.n_items, dtype=bool)
-        if self.answers:
-            observed[self._positions(list(self.answers), "answers")] = True
+        observed = self._observed()
         p = self._last_prob  # P(correct) under each joint draw, from the last state()
         p[:, observed] = 0.0
         m = p.sum(axis=1, dtype=np.float64)
