@@ -275,16 +275,9 @@ def read_posterior_file(path: str | os.PathLike[str]) -> tuple[xr.Dataset, Misfi
         edited, another format), in one line.
     """
     p = Path(path)
-    if p.is_dir():
-        raise UserInputError(
-            f"{p}: is a folder, not a posterior file; give the .nc file that "
-            "'bayes-microbench fit --output' wrote (e.g. models/gpqa-2pl.nc)"
-        )
-    if not p.is_file():
-        raise UserInputError(f"{p}: no such posterior file; fit one with 'bayes-microbench fit'")
     from .irt import load_posterior
 
-    fitted = load_posterior(p)
+    fitted = load_posterior(p)  # refuses a folder or a missing file in one line
     if fitted.converged is False:
         warnings.warn(
             f"{p}: this posterior's fit did not converge "
