@@ -28,23 +28,16 @@ logger = logging.getLogger(__name__)
 GRID_LIMIT = 6.0
 N_GRID = 161
 #: Points per dimension of the product grid that scores a ``2pl-md`` posterior
-#: (``N_GRID_MD ** D`` points on ``[-GRID_LIMIT, GRID_LIMIT] ** D``). Measured by
-#: hand on a simulated md posterior with a dead second dimension, 80 items observed:
-#: the ability draws' sd is 3% above the 1-D grid's (41 points: 7.5%, 81: 1.7%),
-#: and scoring 60 llms on 25 items with 1000 draws took 4.3 s (41 points: 2.2 s, 81: 7.7 s).
+#: (``N_GRID_MD ** D`` points on ``[-GRID_LIMIT, GRID_LIMIT] ** D``). Why 61:
+#: docs/decisions/0024-md-scoring-grid-and-sobol-points.md.
 N_GRID_MD = 61
 #: Ability dimensions up to which scoring integrates on a product grid (it grows
 #: as ``N_GRID_MD ** D``); a ``2pl-md`` posterior with more is scored by
 #: importance sampling (:func:`_importance_samples`).
 MAX_GRID_DIMS = 2
 #: Proposal points per llm of the importance sampler (``2pl-md``, ``D`` > 2; a
-#: power of 2: each llm's points are a block of one scrambled Sobol sequence). At
-#: ``D`` = 2 against the grid (by hand, 30 llms, 400 draws, 30-60 items, 3 seeds):
-#: the conditional posterior means' rms error was 0.003-0.005 with 256 Sobol points,
-#: 0.006-0.008 with 128, and 0.022-0.027 with 512 independent draws (posterior sd
-#: about 0.55); the time grows in proportion to the points. By hand, 100 llms and
-#: 1000 draws at ``D`` = 3 took 13 s on 25 observed items and 47 s on 100 (the 2-D
-#: grid: 4.7 and 7.1 s).
+#: power of 2: each llm's points are a block of one scrambled Sobol sequence). Why
+#: 256: docs/decisions/0024-md-scoring-grid-and-sobol-points.md.
 N_IS_POINTS = 256
 #: The importance sampler's proposal: a multivariate t with this many degrees of
 #: freedom around each llm's posterior mode (under the posterior-mean item
