@@ -430,6 +430,56 @@ def test_save_load_round_trip_and_refusals(tiny, tmp_path):
         load_posterior(tmp_path / "absent.nc")
 
 
+def test_compact_form_round_trip(tiny, tmp_path):
+    """The compact form: packed to a step of 1/65533 of each range, difficulty recomputed,
+    scores unchanged to well under a point, and add_calibration keeps it compact."""
+    import xarray as xr
+
+    from bayes_microbench.irt.io import add_calibration
+    from bayes_microbench.scoring import score
+
+    resp, _, fit = tiny
+    plain = load_posterior(fit.save(tmp_path / "f32.nc", items_only=True))
+    path = fit.save(tmp_path / "compact.nc", items_only=True, compact=True)
+    art = load_posterior(path)
+    assert art.compact and not plain.compact
+    p32, pc = plain.posterior, art.posterior
+    assert set(pc.data_vars) == set(p32.data_vars)
+    assert pc["discrimination"].dtype == np.float32 and pc["difficulty"].dtype == np.float32
+    log_a = np.log(p32["discrimination"].values.astype(np.float64))
+    step = (log_a.max() - log_a.min()) / 65533
+    err = np.abs(np.log(pc["discrimination"].values.astype(np.float64)) - log_a)
+    assert 0 < err.max() <= 0.51 * step + 1e-6
+    b = p32["intercept"].values
+    assert np.abs(pc["intercept"].values - b).max() <= 0.51 * (b.max() - b.min()) / 65533 + 1e-6
+    np.testing.assert_allclose(
+        pc["difficulty"].values,
+        -pc["intercept"].values / pc["discrimination"].values,
+        rtol=1e-6,
+    )
+    raw = xr.open_datatree(path)
+    stored = raw["posterior"]
+    assert "difficulty" not in stored and stored["intercept"].encoding["dtype"] == np.int16
+    raw.close()
+    new = Responses.from_arrays(resp.values[:, :25], resp.llms, resp.items[:25])
+    s32 = score(plain.posterior, new, max_draws=None, misfit=None)
+    sc = score(art.posterior, new, max_draws=None, misfit=None)
+    for key in ("accuracy_mean", "accuracy_interval"):
+        np.testing.assert_allclose(sc[key].values, s32[key].values, atol=2e-3)
+    # writing a calibration into a compact file keeps it compact and equal
+    from bayes_microbench.misfit import estimate_misfit
+
+    misfit = estimate_misfit(fit.posterior, resp, sizes=(10,), n_splits=1, max_draws=50)
+    add_calibration(path, misfit)
+    again = load_posterior(path)
+    assert again.compact and again.calibration is not None
+    np.testing.assert_allclose(
+        again.posterior["intercept"].values, pc["intercept"].values, atol=1e-5
+    )
+    with pytest.raises(IncompatibleArtifactError, match="items_only=True"):
+        fit.save(tmp_path / "no.nc", compact=True)
+
+
 def test_ppc_and_loo(tiny):
     from bayes_microbench.irt.checks import loo, posterior_predictive_check
 

@@ -211,3 +211,30 @@ def test_heldout_section_lists_each_saved_row_or_says_not_measured(tmp_path):
     assert "| 3 | 200 | bayes-fisher | 50 | 0.860 | 8.6 |" in text
     assert "Not measured yet" in _heldout_text("winogrande", path)
     assert "Not measured yet" in _heldout_text("arc", tmp_path / "absent.json")
+
+
+def test_the_compact_form_only_where_float32_keeps_too_few_draws():
+    """float32 thinning for a benchmark of hundreds of items; the compact form (int16, no
+    difficulty: 2 x 2 bytes per item and draw) for MMLU-Pro's 12032 items."""
+    import numpy as np
+    import xarray as xr
+
+    from bayes_microbench.irt.build_models import COMPACT_BELOW, MAX_FILE_BYTES, choose_form
+
+    def post(n_items):
+        shape = (2, 1000, n_items)
+        dims = ("chain", "draw", "item")
+        data = {v: (dims, np.zeros(shape, np.float32)) for v in ("discrimination", "intercept")}
+        data["difficulty"] = (dims, np.zeros(shape, np.float32))
+        data["ability"] = (("chain", "draw", "llm"), np.zeros((2, 1000, 40), np.float32))
+        return xr.Dataset(data)
+
+    thin, compact = choose_form(post(448), 2000, "2pl")
+    assert (thin, compact) == (2, False)  # 448 x 3 x 4 bytes: 1000 draws fit in 10 MB
+    thin, compact = choose_form(post(12032), 2000, "2pl")
+    kept = -(-2000 // thin)
+    assert compact and 100 <= kept  # score's minimum
+    assert kept * 12032 * 2 * 2 <= 0.95 * MAX_FILE_BYTES  # int16 a and intercept only
+    # float32 would have kept 65 draws: under score's minimum of 100
+    assert int(0.95 * MAX_FILE_BYTES) // (12032 * 3 * 4) < min(100, COMPACT_BELOW)
+    assert choose_form(post(12032), 2000, "2pl-md")[1] is False

@@ -55,6 +55,9 @@ MAX_FILE_BYTES = 10_000_000
 HELDOUT_RESULTS = ROOT / "benchmarks" / "results" / "heldout_validation.json"
 #: Saved draws aimed at (``score``'s default ``max_draws``): thinning keeps at most these.
 TARGET_DRAWS = 1000
+#: Below this many float32 draws under the cap a 1-D artifact is saved in the compact
+#: form (``irt.io``: int16-packed, difficulty recomputed on load); twice ``score``'s minimum.
+COMPACT_BELOW = 200
 #: Llms and items of the compaction check (score from a random subset of each llm's items).
 CHECK_LLMS = 40
 CHECK_ITEMS = 50
@@ -168,20 +171,33 @@ def _cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def thin_for(posterior: Any, total_draws: int) -> int:
+def thin_for(posterior: Any, total_draws: int, *, compact: bool = False) -> int:
     """The smallest thinning that keeps at most :data:`TARGET_DRAWS` draws under the size cap.
 
-    The size is the items-only float32 payload (item and subtask parameters)
-    per saved draw; compression gains little on draws, so the raw size is the bound.
+    The size is the items-only payload (item and subtask parameters) per saved
+    draw: float32, or for the ``compact`` form int16 item parameters without the
+    derived ``difficulty``; compression gains little on draws, so the raw size is the bound.
     """
     per_draw = 0
-    for v in posterior.data_vars.values():
-        if "llm" in v.dims:
+    for name, v in posterior.data_vars.items():
+        if "llm" in v.dims or (compact and name == "difficulty"):
             continue
         cells = math.prod(n for d, n in v.sizes.items() if d not in ("chain", "draw"))
-        per_draw += 4 * cells
+        per_draw += (2 if compact and "item" in v.dims else 4) * cells
     keep = min(TARGET_DRAWS, int(0.95 * MAX_FILE_BYTES) // max(per_draw, 1))
     return max(1, math.ceil(total_draws / max(keep, 1)))
+
+
+def choose_form(posterior: Any, total_draws: int, model: str) -> tuple[int, bool]:
+    """(thinning, compact): the float32 form unless it keeps under :data:`COMPACT_BELOW` draws.
+
+    Why: float32 is exact to the sampler's precision; the compact form is used only
+    where float32 would leave too few draws for intervals (a benchmark of ~10000 items).
+    """
+    thin = thin_for(posterior, total_draws)
+    if model == "2pl-md" or -(-total_draws // thin) >= COMPACT_BELOW:
+        return thin, False
+    return thin_for(posterior, total_draws, compact=True), True
 
 
 def compaction_check(full: Path, thinned: Path, resp: Any, *, seed: int = 0) -> dict[str, Any]:
@@ -314,24 +330,27 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS, loo: bool = False) -> d
     calibration_seconds = time.perf_counter() - t_cal
     post = fit.posterior
     total = int(post.sizes["draw"])
-    thin = spec.thin if spec.thin is not None else thin_for(post, total * int(post.sizes["chain"]))
+    if spec.thin is not None:
+        thin, compact = spec.thin, False
+    else:
+        thin, compact = choose_form(post, total * int(post.sizes["chain"]), spec.model)
     compaction = None
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         staged = Path(tmp) / nc.name
-        fit.save(staged, items_only=True, thin=thin)
+        fit.save(staged, items_only=True, thin=thin, compact=compact)
         size = staged.stat().st_size
         # the draws' estimate leaves out the calibration and its population (for
         # thousands of items a few hundred kB): thin further while the file is over the cap
         while size > MAX_FILE_BYTES and spec.thin is None and thin < total:
             thin = max(thin + 1, math.ceil(thin * size / (0.95 * MAX_FILE_BYTES)))
-            fit.save(staged, items_only=True, thin=thin)
+            fit.save(staged, items_only=True, thin=thin, compact=compact)
             size = staged.stat().st_size
         if size > MAX_FILE_BYTES:
             raise ResponsesError(
                 f"{spec.name}: {size / 1e6:.1f} MB after thinning by {thin}, over the "
                 f"{MAX_FILE_BYTES / 1e6:.0f} MB cap; raise its thinning"
             )
-        if thin > 1:
+        if thin > 1 or compact:
             full = Path(tmp) / "full.nc"
             fit.save(full, items_only=True, thin=1)
             compaction = compaction_check(full, staged, resp, seed=spec.seed)
@@ -360,6 +379,7 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS, loo: bool = False) -> d
         "load_average_1min": load_avg,
         "file_bytes": nc.stat().st_size,
         "thin": thin,
+        "compact": compact,
         "saved_draws": int(post.sizes["chain"] * -(-post.sizes["draw"] // thin)),
         "compaction": compaction,
         "package_version": __version__,
@@ -446,7 +466,7 @@ def _card_markdown(c: dict[str, Any]) -> str:
         if c.get("build_seconds") is not None
         else ""
     )
-    compaction = _compaction_text(c.get("compaction"), c["thin"])
+    compaction = _compaction_text(c.get("compaction"), c["thin"], bool(c.get("compact")))
     loo = _loo_text(c.get("loo"))
     heldout = _heldout_text(c.get("benchmark"))
     if not d["ok"]:
@@ -459,6 +479,12 @@ def _card_markdown(c: dict[str, Any]) -> str:
         )
     else:
         status_note = ""
+    form = (
+        "in the compact form (item parameters packed as int16 over their range, "
+        "`difficulty` recomputed on load; `bayes_microbench/irt/io.py`)"
+        if c.get("compact")
+        else "float32"
+    )
     item_vars = ", ".join(f"`{k}`" for k in c["item_parameters"])
     subtask_vars = ", ".join(f"`{k}`" for k in c["subtask_parameters"])
     ci = percent(DEFAULT_CI_PROB)
@@ -480,7 +506,7 @@ parameters rest on the priors, finite but wide):
 
 The file holds **item and subtask parameters only** ({item_vars} per item;
 {subtask_vars} per subtask{per_dim}), {c["saved_draws"]} draws
-(1 draw in {c["thin"]} of {s.get("chains")} x {s.get("draws")}), float32,
+(1 draw in {c["thin"]} of {s.get("chains")} x {s.get("draws")}), {form},
 {c["file_bytes"] / 1e6:.2f} MB. New llms are scored against these draws with
 {population} as the prior.
 
@@ -539,8 +565,8 @@ def _attempts_text(attempts: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _compaction_text(comp: dict[str, Any] | None, thin: int) -> str:
-    """What thinning changed in ``score`` and ``mdad``, as the card's section."""
+def _compaction_text(comp: dict[str, Any] | None, thin: int, compact: bool = False) -> str:
+    """What thinning (and the compact form) changed in ``score`` and ``mdad``, as the card's section."""
     if not comp:
         return ""
     sizes = ", ".join(str(n) for n in comp["sizes"])
@@ -556,10 +582,13 @@ def _compaction_text(comp: dict[str, Any] | None, thin: int) -> str:
         )
     )
     ci = percent(DEFAULT_CI_PROB)
+    what = "thinning and the compact form" if compact else "thinning"
+    packed = ", in the compact form" if compact else ""
+    forms = "the reference items-only float32" if compact else "both items-only float32"
     return f"""
-## What thinning changes
-The file keeps 1 draw in {thin} ({comp["thinned_draws"]} of {comp["full_draws"]}). Measured
-at build time against all {comp["full_draws"]} draws (both items-only float32, each
+## What {what} changes
+The file keeps 1 draw in {thin} ({comp["thinned_draws"]} of {comp["full_draws"]}){packed}. Measured
+at build time against all {comp["full_draws"]} draws ({forms}, each
 with the same calibration, seed 0):
 
 - `score`: {comp["llms"]} of the fitted llms, each observed on a random {comp["observed_items"]} of

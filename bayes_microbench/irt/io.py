@@ -13,7 +13,15 @@ discrimination prior) (chain, draw, subtask); coords ``llm``,
 Root attrs: ``model``, ``config_json``, ``config_hash``, ``sampler_json``,
 ``diagnostics_json``, ``notes_json`` (perfect llms/items), ``package_version``,
 ``format_version``, ``ability_population`` (``"normal(0,1)"``), ``items_only``,
-``thin``, ``wall_seconds``.
+``thin``, ``wall_seconds``, ``compact``.
+
+A compact file (``compact`` 1, items-only 1-D models): the derived ``difficulty``
+is not stored, ``discrimination`` is stored as ``log_discrimination``, and every
+item-level variable is packed as CF int16 (``scale_factor`` / ``add_offset``
+over its range: a step of 1/65533 of the range); :func:`load_posterior`
+unpacks them and recomputes ``difficulty = -intercept / discrimination``.
+Why: it keeps three times as many draws under the size cap of ``models/``
+(MMLU-Pro's 12032 items), and ``build_models`` measures what it changes.
 
 Group ``calibration`` (optional; :mod:`bayes_microbench.irt.calibration`): the
 :class:`~bayes_microbench.misfit.Misfit` of the posterior on the responses it
@@ -43,6 +51,10 @@ from .config import FORMAT_VERSION, IRTConfig, SamplerConfig
 from .diagnostics import ConvergenceSummary, fit_problems, fit_verdict
 
 CALIBRATION_GROUP = "calibration"
+#: Item-level variables a compact file packs as int16 (``log_discrimination`` for
+#: ``discrimination``); ``difficulty`` is recomputed on load.
+PACKED = ("log_discrimination", "intercept", "guessing")
+_INT16_STEPS = 65533  # values -32766 .. 32767; -32768 is the fill value
 
 
 def _engine() -> Literal["netcdf4", "h5netcdf"]:
@@ -59,6 +71,7 @@ def save_posterior(
     items_only: bool = False,
     thin: int = 1,
     calibration: Any = None,
+    compact: bool = False,
 ) -> Path:
     """Write a fitted :class:`~bayes_microbench.irt.IRTModel` to ``path`` atomically.
 
@@ -76,6 +89,13 @@ def save_posterior(
     calibration
         A :class:`~bayes_microbench.misfit.Misfit` to store in the
         ``calibration`` group (default: the fit's own ``calibration``, if any).
+    compact
+        Write the compact form (see the module docstring); needs ``items_only``
+        and a 1-D model with positive discriminations.
+
+    Returns
+    -------
+    The path written.
     """
     from .. import __version__
 
@@ -83,6 +103,11 @@ def save_posterior(
         raise IncompatibleArtifactError("cannot save an unfitted IRTModel; call fit() first")
     if not isinstance(thin, int) or thin < 1:
         raise IncompatibleArtifactError(f"thin must be a whole number >= 1, got {thin!r}")
+    if compact and (not items_only or fit.config.model == "2pl-md"):
+        raise IncompatibleArtifactError(
+            "compact=True needs items_only=True and a 1-D model (1pl, 2pl, 3pl), "
+            f"got items_only={items_only}, model {fit.config.model!r}"
+        )
     tree = fit.idata
     groups: dict[str, xr.Dataset] = {}
     for name in ("posterior", "sample_stats", "observed_data"):
@@ -101,33 +126,89 @@ def save_posterior(
     misfit = calibration if calibration is not None else getattr(fit, "calibration", None)
     if misfit is not None:
         groups[CALIBRATION_GROUP] = _calibration_group(misfit)
-    out = xr.DataTree.from_dict(groups)
-    out.attrs.update(
-        {
-            "model": fit.config.model,
-            "config_json": fit.config.to_json(),
-            "config_hash": fit.config.hash(),
-            "sampler_json": json.dumps(fit.sampler.to_dict() if fit.sampler else {}),
-            "diagnostics_json": json.dumps(fit.diagnostics.to_dict() if fit.diagnostics else None),
-            "fit_info_json": json.dumps(fit.fit_info, default=float),
-            "notes_json": json.dumps(fit.data.notes),
-            "package_version": __version__,
-            "format_version": FORMAT_VERSION,
-            "ability_population": str(
-                tree["posterior"].attrs.get("ability_population", "normal(0,1)")
-            ),
-            "items_only": int(items_only),
-            "thin": thin,
-            "wall_seconds": float(fit.wall_seconds or 0.0),
-            "benchmark": str(fit.responses.benchmark) if fit.responses is not None else "",
-        }
-    )
-    target = Path(path)
-    encoding = {
-        f"/{name}": {v: {"zlib": True, "complevel": 4} for v in ds.data_vars}
-        for name, ds in groups.items()
+    attrs = {
+        "model": fit.config.model,
+        "config_json": fit.config.to_json(),
+        "config_hash": fit.config.hash(),
+        "sampler_json": json.dumps(fit.sampler.to_dict() if fit.sampler else {}),
+        "diagnostics_json": json.dumps(fit.diagnostics.to_dict() if fit.diagnostics else None),
+        "fit_info_json": json.dumps(fit.fit_info, default=float),
+        "notes_json": json.dumps(fit.data.notes),
+        "package_version": __version__,
+        "format_version": FORMAT_VERSION,
+        "ability_population": str(tree["posterior"].attrs.get("ability_population", "normal(0,1)")),
+        "items_only": int(items_only),
+        "compact": int(compact),
+        "thin": thin,
+        "wall_seconds": float(fit.wall_seconds or 0.0),
+        "benchmark": str(fit.responses.benchmark) if fit.responses is not None else "",
     }
+    return _write(Path(path), groups, attrs, compact=compact)
+
+
+def _write(target: Path, groups: dict[str, xr.Dataset], attrs: Any, *, compact: bool) -> Path:
+    """Write ``groups`` with root ``attrs`` atomically, zlib-compressed; packed when ``compact``."""
+    if compact:
+        groups = dict(groups, posterior=_compact_posterior(groups["posterior"]))
+    out = xr.DataTree.from_dict(groups)
+    out.attrs.update(attrs)
+    encoding: dict[str, dict[str, Any]] = {}
+    for name, ds in groups.items():
+        enc = {v: {"zlib": True, "complevel": 4} for v in ds.data_vars}
+        if compact and name == "posterior":
+            for v in PACKED:
+                if v in ds:
+                    enc[v] |= _int16_packing(ds[v])
+        encoding[f"/{name}"] = enc
     return write_atomic(target, lambda tmp: out.to_netcdf(tmp, engine=_engine(), encoding=encoding))
+
+
+def _compact_posterior(ds: xr.Dataset) -> xr.Dataset:
+    """The posterior group as a compact file stores it: no difficulty, log discrimination."""
+    a = ds["discrimination"]
+    if not bool(np.isfinite(a).all()) or bool((a <= 0).any()):
+        raise IncompatibleArtifactError(
+            "the compact form stores log(discrimination) and needs every discrimination "
+            "draw positive and finite; save without compact=True"
+        )
+    log_a = np.log(a.astype(np.float64)).astype(np.float32)
+    return ds.drop_vars(["difficulty", "discrimination"]).assign(log_discrimination=log_a)
+
+
+def _int16_packing(var: xr.DataArray) -> dict[str, Any]:
+    """CF int16 packing of ``var`` over its range (a step of 1/65533 of it)."""
+    values = np.asarray(var.to_numpy(), dtype=np.float64)
+    if not np.isfinite(values).all():
+        raise IncompatibleArtifactError(
+            f"cannot pack {var.name!r}: it has non-finite draws; save without compact=True"
+        )
+    lo, hi = float(values.min()), float(values.max())
+    scale = (hi - lo) / _INT16_STEPS if hi > lo else 1.0
+    return {
+        "dtype": "int16",
+        "scale_factor": scale,
+        "add_offset": lo + 32766 * scale,
+        "_FillValue": np.int16(-32768),
+    }
+
+
+def _expand_compact(tree: xr.DataTree) -> xr.DataTree:
+    """A compact file's tree with ``discrimination`` and ``difficulty`` restored (float32)."""
+    ds = tree["posterior"].to_dataset()
+    a = np.exp(ds["log_discrimination"].astype(np.float64))
+    unpacked = {v: ds[v].astype(np.float32) for v in ("intercept", "guessing") if v in ds.data_vars}
+    ds = ds.drop_vars("log_discrimination").assign(
+        discrimination=a.astype(np.float32),
+        difficulty=(-ds["intercept"].astype(np.float64) / a).astype(np.float32),
+        **unpacked,
+    )
+    for v in ds.data_vars.values():
+        v.encoding = {}
+    groups = {name: tree[name].to_dataset() for name in tree.children}
+    groups["posterior"] = ds
+    out = xr.DataTree.from_dict(groups)
+    out.attrs.update(tree.attrs)
+    return out
 
 
 def _calibration_group(misfit: Any) -> xr.Dataset:
@@ -149,14 +230,8 @@ def add_calibration(path: str | os.PathLike[str], misfit: Any) -> Path:
     tree = fitted.idata
     groups = {name: tree[name].to_dataset() for name in tree.children if name != CALIBRATION_GROUP}
     groups[CALIBRATION_GROUP] = _calibration_group(misfit)
-    out = xr.DataTree.from_dict(groups)
-    out.attrs.update(tree.attrs)
-    encoding = {
-        f"/{name}": {v: {"zlib": True, "complevel": 4} for v in ds.data_vars}
-        for name, ds in groups.items()
-    }
-    target = Path(path)
-    return write_atomic(target, lambda tmp: out.to_netcdf(tmp, engine=_engine(), encoding=encoding))
+    compact = bool(int(tree.attrs.get("compact", 0)))
+    return _write(Path(path), groups, tree.attrs, compact=compact)
 
 
 class FittedIRT:
@@ -193,6 +268,7 @@ class FittedIRT:
         self.fit_info: dict[str, Any] = json.loads(attrs.get("fit_info_json", "{}") or "{}")
         self.notes: dict[str, list[str]] = json.loads(attrs.get("notes_json", "{}") or "{}")
         self.items_only = bool(int(attrs.get("items_only", 0)))
+        self.compact = bool(int(attrs.get("compact", 0)))
         self.package_version = str(attrs.get("package_version", ""))
         self.wall_seconds = float(attrs.get("wall_seconds", 0.0))
         self.calibration = _read_calibration(tree, path)
@@ -326,4 +402,11 @@ def load_posterior(
             )
     if "posterior" not in tree.children:
         raise IncompatibleArtifactError(f"{p}: no posterior group")
+    if int(attrs.get("compact", 0)):
+        if "log_discrimination" not in tree["posterior"].data_vars:
+            raise IncompatibleArtifactError(
+                f"{p}: marked compact but has no 'log_discrimination'; the file is damaged, "
+                "write it again"
+            )
+        tree = _expand_compact(tree)
     return FittedIRT(tree, p)

@@ -542,11 +542,18 @@ class IRTModel:
         self.calibration = calibrate_fitted(self, self.responses, random_seed=random_seed)
         return self.calibration
 
-    def save(self, path: str | os.PathLike[str], *, items_only: bool = False, thin: int = 1) -> Any:
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        items_only: bool = False,
+        thin: int = 1,
+        compact: bool = False,
+    ) -> Any:
         """Write the fit to NetCDF (see :func:`bayes_microbench.irt.io.save_posterior`)."""
         from .io import save_posterior
 
-        return save_posterior(self, path, items_only=items_only, thin=thin)
+        return save_posterior(self, path, items_only=items_only, thin=thin, compact=compact)
 
     def __repr__(self) -> str:
         state = "fitted" if self.is_fitted else "not fitted"
