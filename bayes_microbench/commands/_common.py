@@ -216,3 +216,14 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def print_model_choice(choice: dict[str, object]) -> None:
+    """The candidates' PSIS-LOO ranking and the choice (``fit --model auto``, ``check --responses``)."""
+    print("candidate      elpd_loo      se  elpd_diff     dse  converged  wall s")
+    for r in choice["rows"]:  # type: ignore[attr-defined]
+        print(
+            f"{r['candidate']:<12} {r['elpd_loo']:>10.1f} {r['se']:>7.1f} {r['elpd_diff']:>10.1f} "
+            f"{r['dse']:>7.1f}  {'yes' if r['converged'] else 'NO':<9} {r['wall_seconds']:>7.1f}"
+        )
+    print(f"chosen: {choice['chosen']} ({choice['why']})")

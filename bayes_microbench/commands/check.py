@@ -6,6 +6,10 @@ raw-score sd; a p-value outside [0.05, 0.95] flags misfit). Given two or more
 posteriors fitted on the same responses (e.g. ``--model 1pl``, ``2pl``, ``3pl``),
 their PSIS-LOO comparison, best first. Items-only artifacts (``models/*.nc``)
 hold no abilities and cannot be checked: check the full fit.
+
+``check --responses PATH`` instead fits each of ``--candidates`` (default 1PL, 2PL
+and the multidimensional 2PL with 2-4 dimensions) as ``fit`` does by default and
+ranks them by PSIS-LOO, naming the one ``fit --model auto`` would keep and why.
 """
 
 from __future__ import annotations
@@ -15,7 +19,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ._common import POSITIVE_INT, add_output_flags, add_seed, print_json
+from ._common import (
+    POSITIVE_INT,
+    add_output_flags,
+    add_responses,
+    add_seed,
+    print_json,
+    print_model_choice,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +37,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="posterior predictive checks of saved fits, and their LOO comparison",
         description=__doc__,
     )
-    p.add_argument("posteriors", nargs="+", metavar="POSTERIOR", help="saved posterior (.nc)")
+    p.add_argument("posteriors", nargs="*", metavar="POSTERIOR", help="saved posterior (.nc)")
+    add_responses(p, required=False)
+    p.add_argument(
+        "--candidates",
+        default=None,
+        metavar="LIST",
+        help="with --responses: the models fitted and ranked, simplest first (default "
+        "1pl,2pl,2pl-md:2,2pl-md:3,2pl-md:4)",
+    )
     p.add_argument(
         "--max-draws",
         type=POSITIVE_INT,
@@ -51,6 +70,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_draws < 1:
         raise ConfigurationError(f"--max-draws must be at least 1, got {args.max_draws}")
+    if bool(args.posteriors) == bool(args.responses):
+        raise ConfigurationError(
+            "check takes either saved POSTERIOR files or --responses PATH (to fit and rank "
+            "the --candidates models), not both and not neither"
+        )
+    if args.responses:
+        return _rank_candidates(args)
+    if args.candidates is not None:
+        raise ConfigurationError("--candidates applies only with --responses; drop it")
     fits = {
         name: load_posterior(p)
         for name, p in zip(_names(args.posteriors), args.posteriors, strict=True)
@@ -93,6 +121,31 @@ def run(args: argparse.Namespace) -> int:
         _print_checked(row)
     if table is not None:
         _print_loo(table, args.max_draws)
+    return 0
+
+
+def _rank_candidates(args: argparse.Namespace) -> int:
+    """``check --responses``: fit the candidates by default, rank them by PSIS-LOO."""
+    from ..exceptions import ConfigurationError, UserInputError
+    from ..io import load_responses
+    from ..irt.choice import DEFAULT_CANDIDATES, compare_candidates, parse_candidates
+
+    try:
+        candidates = parse_candidates(args.candidates or ",".join(DEFAULT_CANDIDATES))
+    except ConfigurationError as err:
+        raise UserInputError(f"--candidates {args.candidates}: {err}") from None
+    resp = load_responses(args.responses, args.items)
+    _, report = compare_candidates(
+        resp,
+        candidates,
+        max_draws=args.max_draws,
+        random_seed=args.seed,
+        progressbar=False,
+    )
+    if args.json:
+        print_json({"model_choice": report})
+    elif not args.quiet:
+        print_model_choice(report)
     return 0
 
 

@@ -22,6 +22,7 @@ from ._common import (
     add_seed,
     check_output_file,
     print_json,
+    print_model_choice,
     whole_number,
 )
 
@@ -38,9 +39,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_responses(p)
     p.add_argument(
         "--model",
-        choices=["1pl", "2pl", "3pl", "2pl-md"],
+        choices=["1pl", "2pl", "3pl", "2pl-md", "auto"],
         default="2pl",
-        help="default 2pl; 2pl-md is the multidimensional 2PL (see --dims)",
+        help="default 2pl; 2pl-md is the multidimensional 2PL (see --dims); auto fits each of "
+        "--candidates and keeps the one PSIS-LOO chooses, recording why in the file",
+    )
+    p.add_argument(
+        "--candidates",
+        default=None,
+        metavar="LIST",
+        help="--model auto: the models compared, simplest first (default "
+        "1pl,2pl,2pl-md:2,2pl-md:3,2pl-md:4; 2pl-md:D has D ability dimensions)",
     )
     p.add_argument(
         "--dims",
@@ -132,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     if args.n_options is not None:
         config["n_options"] = args.n_options
     if args.discrimination_prior != "lognormal":
-        if args.model not in ("2pl", "3pl"):
+        if args.model not in ("2pl", "3pl", "auto"):
             raise UserInputError(
                 f"--discrimination-prior applies to --model 2pl and 3pl (got --model "
                 f"{args.model}); drop it"
@@ -147,7 +156,29 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError(
             f"--dims applies only to --model 2pl-md (got --model {args.model}); drop --dims"
         )
-    check_parameterization(args.model, args.discrimination_prior, args.parameterization)
+    if args.model == "auto":
+        for flag, value, default in (
+            ("--method", args.method, "nuts"),
+            ("--parameterization", args.parameterization, "auto"),
+        ):
+            if value != default:
+                raise UserInputError(
+                    f"{flag} {value}: --model auto compares NUTS fits with each model's own "
+                    f"parameterization; drop {flag}"
+                )
+        from ..exceptions import ConfigurationError
+        from ..irt.choice import DEFAULT_CANDIDATES, parse_candidates
+
+        try:
+            candidates = parse_candidates(args.candidates or ",".join(DEFAULT_CANDIDATES))
+        except ConfigurationError as err:
+            raise UserInputError(f"--candidates {args.candidates}: {err}") from None
+    elif args.candidates is not None:
+        raise UserInputError(
+            f"--candidates applies only to --model auto (got --model {args.model}); drop it"
+        )
+    else:
+        check_parameterization(args.model, args.discrimination_prior, args.parameterization)
     resp = load_responses(args.responses, args.items)
     settings = {
         "chains": args.chains,
@@ -159,7 +190,13 @@ def run(args: argparse.Namespace) -> int:
     }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # reported below, once
-        if args.method == "nuts" and args.draws is None:
+        if args.model == "auto":
+            from ..irt.choice import compare_candidates
+
+            model, _ = compare_candidates(
+                resp, candidates, config=config or None, draws=args.draws, **settings
+            )
+        elif args.method == "nuts" and args.draws is None:
             # the data decide the chain length, within DRAWS_BUDGET draws per chain
             model = fit_extending_draws(resp, args.model, config or None, **settings)
         else:
@@ -187,9 +224,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             calibration = {"seconds": round(time.perf_counter() - start, 3)}
         model.save(out, items_only=args.items_only, thin=args.thin)
+    chosen = model.config.model
     result = {
-        "model": args.model,
-        "n_dims": model.config.n_dims if args.model == "2pl-md" else None,
+        "model": chosen,
+        "n_dims": model.config.n_dims if chosen == "2pl-md" else None,
         "method": args.method,
         "parameterization": model.parameterization,
         "n_llms": model.data.n_llms,
@@ -208,12 +246,15 @@ def run(args: argparse.Namespace) -> int:
         "notes": model.data.notes,
         "fit_info": model.fit_info,
         "calibration": calibration,
+        "model_choice": model.fit_info.get("model_choice"),
     }
     if args.json:
         print_json(result)
     elif not args.quiet:
+        if result["model_choice"]:
+            print_model_choice(result["model_choice"])
         print(
-            f"{args.model} {args.method} fit of {model.data.n_llms} llms x {model.data.n_items} items in {result['wall_seconds']:.1f} s"
+            f"{chosen} {args.method} fit of {model.data.n_llms} llms x {model.data.n_items} items in {result['wall_seconds']:.1f} s"
         )
         if diag is not None:
             print(

@@ -1,0 +1,217 @@
+"""Model choice by PSIS-LOO: fit each candidate by default, rank them, keep what the data choose.
+
+Behind ``bayes-microbench fit --model auto`` and ``check --responses``. The
+candidates are written ``1pl``, ``2pl``, ``3pl`` or ``2pl-md:D`` (the
+multidimensional 2PL with D ability dimensions), simplest first. The rule
+(:data:`RULE`) prefers the simpler of two converged fits unless the richer one
+predicts held-out cells clearly better; why: a richer model that LOO cannot
+tell apart from a simpler one buys slower sampling and wider posteriors for
+nothing, and an unconverged fit's LOO is not evidence (docs/decisions/0029).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from typing import Any
+
+from ..exceptions import ConfigurationError, ConvergenceWarning
+from ..responses import Responses
+
+logger = logging.getLogger(__name__)
+
+#: What ``auto`` compares, simplest first.
+DEFAULT_CANDIDATES = ("1pl", "2pl", "2pl-md:2", "2pl-md:3", "2pl-md:4")
+#: An elpd difference below this is small whatever its standard error (LOO's usual threshold).
+SMALL_ELPD = 4.0
+#: A richer model is chosen only when it beats the simpler one by this many dse too.
+DSE_MULTIPLE = 2.0
+RULE = (
+    f"the simplest converged candidate whose PSIS-LOO elpd is within {SMALL_ELPD:g} or "
+    f"{DSE_MULTIPLE:g} standard errors of the difference of the best converged "
+    "candidate's; unconverged candidates are ranked but never chosen unless none converged"
+)
+
+
+def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
+    """``"2pl-md:3"`` -> ``("2pl-md", {"n_dims": 3})``; ``"2pl"`` -> ``("2pl", {})``.
+
+    Parameters
+    ----------
+    text
+        A candidate as written in ``candidates``.
+
+    Returns
+    -------
+    The model name and the configuration entries it sets.
+    """
+    name, _, dims = text.strip().partition(":")
+    if name == "2pl-md":
+        try:
+            n_dims = int(dims or 2)
+        except ValueError:
+            n_dims = 0
+        if n_dims < 1:
+            raise ConfigurationError(
+                f"candidate {text!r}: the dimensions of 2pl-md must be a whole number >= 1 "
+                "(e.g. 2pl-md:2)"
+            )
+        return name, {"n_dims": n_dims}
+    if name in ("1pl", "2pl", "3pl") and not dims:
+        return name, {}
+    raise ConfigurationError(
+        f"candidate {text!r}: expected 1pl, 2pl, 3pl or 2pl-md:D (e.g. 2pl-md:2)"
+    )
+
+
+def parse_candidates(texts: Any) -> list[str]:
+    """Candidates from a comma-separated string or a sequence, checked, duplicates refused."""
+    items = [t.strip() for t in texts.split(",")] if isinstance(texts, str) else list(texts)
+    items = [t for t in items if t]
+    for t in items:
+        parse_candidate(t)
+    if len(items) < 2:
+        raise ConfigurationError(
+            f"candidates: give at least two models to choose between, got {items!r}"
+        )
+    if len(set(items)) != len(items):
+        raise ConfigurationError(f"candidates: {items!r} names a model twice")
+    return items
+
+
+def choose(rows: list[dict[str, Any]], order: list[str]) -> tuple[str, str]:
+    """Apply :data:`RULE` to ranked LOO rows; return the chosen candidate and why.
+
+    Parameters
+    ----------
+    rows
+        :func:`~bayes_microbench.irt.checks.loo_rows` of the converged candidates
+        (``candidate``, ``elpd_loo``, ``elpd_diff``, ``dse`` to the best of them), best
+        first; may be empty.
+    order
+        Every candidate, simplest first.
+
+    Returns
+    -------
+    The chosen candidate and one sentence saying why; ``("", ...)`` when ``rows`` is empty.
+    """
+    if not rows:
+        return "", "no candidate converged"
+    best = rows[0]
+    by_name = {r["candidate"]: r for r in rows}
+    for name in order:
+        r = by_name.get(name)
+        if r is None:
+            continue
+        gap = best["elpd_loo"] - r["elpd_loo"]
+        if name == best["candidate"]:
+            return name, (
+                f"{name} has the highest elpd of the converged candidates "
+                f"({best['elpd_loo']:.1f}) and no simpler one is within "
+                f"{SMALL_ELPD:g} or {DSE_MULTIPLE:g} dse of it"
+            )
+        if gap <= SMALL_ELPD or gap <= DSE_MULTIPLE * r["dse"]:
+            return name, (
+                f"{name} is within {gap:.1f} elpd (dse {r['dse']:.1f}) of the best converged "
+                f"candidate, {best['candidate']}, and simpler"
+            )
+    raise AssertionError("the best row is always among the candidates")  # pragma: no cover
+
+
+def compare_candidates(
+    responses: Responses,
+    candidates: Any = DEFAULT_CANDIDATES,
+    *,
+    config: dict[str, Any] | None = None,
+    draws: int | None = None,
+    max_draws: int = 400,
+    **fit_kwargs: Any,
+) -> tuple[Any, dict[str, Any]]:
+    """Fit every candidate as ``fit`` does by default, rank them by PSIS-LOO, choose by :data:`RULE`.
+
+    Parameters
+    ----------
+    responses
+        The responses to fit.
+    candidates
+        Models to compare (see :func:`parse_candidate`), simplest first.
+    config
+        Configuration entries for every candidate (e.g. ``discrimination_prior``);
+        entries a model does not use are left out for it.
+    draws
+        Draws per chain of every NUTS fit; ``None`` extends them as the default fit
+        does (:func:`~bayes_microbench.irt.model.fit_extending_draws`).
+    max_draws
+        Posterior draws per PSIS-LOO.
+    **fit_kwargs
+        Passed to each fit (``chains``, ``tune``, ``random_seed``, ``progressbar`` ...).
+
+    Returns
+    -------
+    The chosen fitted :class:`~bayes_microbench.irt.IRTModel` (its ``fit_info["model_choice"]``
+    holds the report) and the report: ``rule``, ``rows`` (every candidate, best
+    elpd first, with ``converged`` and ``wall_seconds``), ``chosen``, ``why``.
+
+    Why: which IRT model a benchmark needs is a property of its data (GPQA: a second
+    ability dimension; MMLU: the 2PL), so the tool measures it instead of assuming it.
+    """
+    from .checks import loo, loo_rows
+    from .model import IRTModel, fit_extending_draws
+
+    order = parse_candidates(candidates)
+    fits: dict[str, Any] = {}
+    elpd: dict[str, Any] = {}
+    wall: dict[str, float] = {}
+    for name in order:
+        model, entries = parse_candidate(name)
+        cfg = dict(config or {})
+        if model == "2pl-md" or model == "1pl":
+            cfg.pop("discrimination_prior", None)
+        if model != "3pl":
+            cfg.pop("n_options", None)
+        cfg.update(entries)
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # recorded per candidate
+            if draws is None:
+                fit = fit_extending_draws(responses, model, cfg or None, **fit_kwargs)
+            else:
+                fit = IRTModel(responses, model, config=cfg or None)
+                fit.fit("nuts", draws=draws, **fit_kwargs)
+        wall[name] = round(time.perf_counter() - start, 1)
+        fits[name] = fit
+        elpd[name] = loo(fit, max_draws=max_draws)
+        logger.info(
+            "candidate %s: %s in %.0f s, elpd_loo %.1f",
+            name,
+            "converged" if fit.converged else "NOT converged",
+            wall[name],
+            float(elpd[name].elpd),
+        )
+    rows = loo_rows(elpd, key="candidate")
+    for r in rows:
+        fit = fits[r["candidate"]]
+        r["converged"] = bool(fit.converged)
+        r["problems"] = fit.convergence_problems()
+        r["wall_seconds"] = wall[r["candidate"]]
+    good = [n for n in order if fits[n].converged]
+    if len(good) > 1:
+        chosen, why = choose(loo_rows({n: elpd[n] for n in good}, key="candidate"), order)
+    elif good:
+        chosen, why = good[0], f"{good[0]} is the only candidate that converged"
+    else:
+        chosen = rows[0]["candidate"]
+        why = f"no candidate converged; {chosen} has the highest elpd and is kept unconverged"
+        logger.warning("model choice: %s", why)
+    report = {
+        "rule": RULE,
+        "candidates": order,
+        "rows": rows,
+        "chosen": chosen,
+        "why": why,
+        "max_draws": max_draws,
+    }
+    best = fits[chosen]
+    best.fit_info["model_choice"] = report
+    return best, report
