@@ -342,3 +342,19 @@ def test_items_with_a_long_table_names_items(tmp_path, capsys):
     assert one_error_line(capsys) == (
         f"{long}: --items applies to a wide matrix; a long table carries its subtask column"
     )
+
+
+# --------------------------------------------------------------------------- adaptive
+def test_rank_goal_without_a_reference_names_the_parameter():
+    """The ``adapt`` command refuses this itself (``--goal rank needs --reference FILE``)."""
+    from bayes_microbench.adaptive import AdaptiveState, Settings
+    from bayes_microbench.posterior import item_draws
+
+    draws = item_draws(POSTERIOR, max_draws=100)
+    with pytest.raises(
+        UserInputError, match=r"^the rank goal needs a reference llm \(reference\)$"
+    ):
+        AdaptiveState(draws, settings=Settings(goal="rank"))
+    with flag_names({"reference": "--reference"}), pytest.raises(UserInputError) as err:
+        AdaptiveState(draws, settings=Settings(goal="rank"))
+    assert str(err.value) == "the rank goal needs a reference llm (--reference)"
