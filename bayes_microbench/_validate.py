@@ -1,17 +1,106 @@
-"""Validation helpers shared by every module: check at the door, say what to do."""
+"""Validation helpers shared by every module: check at the door, say what to do.
+
+A message names a parameter through :func:`param` (``threshold`` for a caller of the
+Python API, ``--threshold`` inside the command line, which maps its parameters to
+flags with :func:`flag_names`) and the step it advises through :func:`step`
+(docs/decisions/0026-messages-name-parameters.md).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import errno
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .exceptions import UserInputError
+
+#: The flags of the command that is running, by parameter name (None outside the CLI).
+_FLAGS: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "bayes_microbench_flags", default=None
+)
+_NO_VALUE = object()
+
+
+def param(name: str, value: Any = _NO_VALUE, *, placeholder: bool = False) -> str:
+    """How a message names the parameter ``name`` (and the ``value`` given to it).
+
+    Parameters
+    ----------
+    name
+        The parameter (or config field) as the Python API spells it: ``threshold``.
+    value
+        The value given, when the message shows it.
+    placeholder
+        ``value`` is a placeholder (``T``, ``PATH``): shown as written, never quoted.
+
+    Returns
+    -------
+    str
+        ``threshold`` / ``threshold=0.1`` (``repr`` of the value) for a caller of the
+        Python API; inside :func:`flag_names` (the command line), the flag the running
+        command has for ``name``: ``--threshold`` / ``--threshold 0.1`` (numbers as
+        :func:`show_value` writes them, text unquoted). A name that
+        command has no flag for is spelled as the API spells it, and a ``name`` that is
+        already a flag (``--output``, as the commands pass their own) is kept as given.
+
+    Why: the message is written once and rendered when it is raised, so a message
+    wrapped in another (``f"{path}: {err}"``) or issued as a warning keeps its spelling.
+    """
+    if not name.isidentifier():
+        return name if value is _NO_VALUE else f"{name} {value}"
+    flag = (_FLAGS.get() or {}).get(name)
+    if value is _NO_VALUE:
+        return flag or name
+    if isinstance(value, np.generic):
+        value = value.item()
+    if placeholder:
+        return f"{flag} {value}" if flag else f"{name}={value}"
+    if not flag:
+        return f"{name}={value!r}"
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return f"{flag} {show_value(value) if number else value}"
+
+
+@contextlib.contextmanager
+def flag_names(flags: Mapping[str, str]) -> Iterator[None]:
+    """Spell the parameters in ``flags`` (name -> flag) as flags in messages raised meanwhile.
+
+    The command line wraps each command in it with the command's own flags
+    (``{"max_draws": "--max-draws", ...}``); library code never calls it.
+    """
+    token = _FLAGS.set({**(_FLAGS.get() or {}), **flags})
+    try:
+        yield
+    finally:
+        _FLAGS.reset(token)
+
+
+def step(command: str, api: str) -> str:
+    """The next step a message advises, in its reader's terms.
+
+    Parameters
+    ----------
+    command
+        The step as a command line (``bayes-microbench fit --output PATH``).
+    api
+        The same step in the Python API (``IRTModel(config).fit(responses).save(PATH)``).
+
+    Returns
+    -------
+    str
+        ``command`` quoted, inside the command line (:func:`flag_names`); else ``api``.
+
+    Why: "fit one with 'bayes-microbench fit --output PATH'" sends a Python caller to a
+    shell for what one call does; the message keeps one wording, only the step differs.
+    """
+    return f"'{command}'" if _FLAGS.get() is not None else api
 
 
 def preview(values: Iterable[Any], limit: int = 5) -> str:
@@ -51,7 +140,8 @@ def show_value(value: Any) -> str:
 def check_probability(
     value: float, name: str, *, open_low: float = 0.0, open_high: float = 1.0
 ) -> float:
-    """A probability strictly inside ``(open_low, open_high)``."""
+    """A probability strictly inside ``(open_low, open_high)``; ``name`` as :func:`param`."""
+    name = param(name)
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -62,6 +152,8 @@ def check_probability(
 
 
 def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
+    """A whole number of at least ``minimum``; ``name`` goes through :func:`param`."""
+    name = param(name)
     try:
         v = int(value)
     except (TypeError, ValueError):
@@ -74,7 +166,8 @@ def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
 
 
 def parse_int_list(text: str, name: str, *, minimum: int = 1) -> list[int]:
-    """Parse ``"10,25,50"`` into ``[10, 25, 50]`` with a clear error."""
+    """Parse ``"10,25,50"`` into ``[10, 25, 50]``; an error names ``name`` as :func:`param`."""
+    name = param(name)
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     if not parts:
         raise UserInputError(
@@ -127,7 +220,7 @@ def check_int_range(
     Parameters
     ----------
     value, name
-        The value given and the flag or argument that gave it (``--n``).
+        The value given and the parameter that gave it (``n``; see :func:`param`).
     low, high
         The allowed bounds; ``high`` may fall below ``low`` when the data are too small.
     noun
@@ -145,6 +238,7 @@ def check_int_range(
     message must say that no value works and what to change instead.
     """
     v = int(value)
+    name = param(name)
     if high < low:
         raise UserInputError(
             f"{name}: got {v}, but no value works: at least {plural(low, noun)} "
@@ -209,7 +303,7 @@ def check_output_path(
         The output file (``folder=False``) or folder (``folder=True``); missing
         parent folders are fine (the writers create them).
     name
-        The flag that named it, for the message (``--output``).
+        The parameter that named it, for the message (``output``; see :func:`param`).
     folder
         Whether the output is a folder.
     suggest
@@ -223,26 +317,25 @@ def check_output_path(
     its output is a folder, sits under a regular file, or cannot be written.
     """
     target = Path(path)
+    where = param(name, str(target))
     try:
         if not folder and target.is_dir():
             hint = f" (e.g. {target / suggest})" if suggest else ""
-            raise UserInputError(f"{name} {target}: is a folder; name a file{hint}")
+            raise UserInputError(f"{where}: is a folder; name a file{hint}")
         if folder and target.exists() and not target.is_dir():
-            raise UserInputError(f"{name} {target}: is a file; name a folder (new or existing)")
+            raise UserInputError(f"{where}: is a file; name a folder (new or existing)")
         base = _nearest_existing(target if folder else target.parent)
     except OSError as err:
         problem, remedy = describe_os_error(err)
-        raise UserInputError(f"{name} {target}: {problem} ({remedy})") from None
+        raise UserInputError(f"{where}: {problem} ({remedy})") from None
     if not base.is_dir():
-        raise UserInputError(
-            f"{name} {target}: {base} is a file, not a folder; choose a path in a folder"
-        )
+        raise UserInputError(f"{where}: {base} is a file, not a folder; choose a path in a folder")
     try:
         fd, probe = tempfile.mkstemp(prefix=".bayes-microbench-check.", dir=base)
     except OSError as err:
         problem, _ = describe_os_error(err)
         raise UserInputError(
-            f"{name} {target}: cannot write in {base}: {problem} (choose a writable {name})"
+            f"{where}: cannot write in {base}: {problem} (choose a writable {param(name)})"
         ) from None
     os.close(fd)
     os.unlink(probe)

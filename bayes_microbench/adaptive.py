@@ -41,6 +41,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._defaults import DEFAULT_CI_PROB, DEFAULT_RANK_PROB
+from ._validate import param, step
 from .ability import ability_grid, ability_posterior_samples
 from .exceptions import UserInputError
 from .misfit import Misfit
@@ -108,7 +109,7 @@ class Settings:
         if not (np.isfinite(self.width) and 0 < self.width <= 1):
             raise UserInputError(
                 f"width: {self.width!r} is out of range; give the interval width as a share in "
-                "(0, 1] (the CLI's --width takes points in (0, 100])"
+                "(0, 1] (0.02 for 2 points)"
             )
         low = 0.5 if self.goal == "rank" else 0.0
         if not (np.isfinite(self.level) and low < self.level < 1):
@@ -192,7 +193,7 @@ class AdaptiveState:
         self._ref_draws: np.ndarray | None = None
         if self.settings.goal == "rank":
             if self.reference is None:
-                raise UserInputError("the rank goal needs a reference llm (--reference)")
+                raise UserInputError(f"the rank goal needs a reference llm ({param('reference')})")
             self._ref_draws = self._accuracy_draws(self.reference.answers, seed_offset=7)[0]
         self._cache: tuple[int, dict[str, Any]] | None = None
         #: the stop waits for the smallest size the calibration was estimated at: below it
@@ -499,7 +500,8 @@ class AdaptiveState:
         except (KeyError, TypeError, ValueError) as err:
             raise UserInputError(
                 f"{where}: not an adaptive state written by this tool ({type(err).__name__}: "
-                f"{err}); write one with 'bayes-microbench adapt --state-output'"
+                f"{err}); write one with "
+                f"{step('bayes-microbench adapt --output FILE', 'AdaptiveState.to_json')}"
             ) from None
         if fingerprint != st.fingerprint:
             raise StateMismatchError(

@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
-from ._validate import os_error_message
+from ._validate import flag_names, os_error_message
 from .exceptions import UserInputError
 
 PROG = "bayes-microbench"
@@ -109,7 +109,23 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP
         )
+        command.set_defaults(flags_by_param=command_flags(command))
     return parser
+
+
+def command_flags(command: argparse.ArgumentParser) -> dict[str, str]:
+    """A sub-command's flags by the parameter they set: ``{"max_draws": "--max-draws", ...}``.
+
+    :func:`main` runs the command inside :func:`~bayes_microbench._validate.flag_names`
+    with them, so that a library message naming ``max_draws`` reads ``--max-draws``.
+    Why from the parser: a message can then only name a flag the command has.
+    """
+    flags = {}
+    for action in command._actions:  # argparse keeps no public list of its arguments
+        long = [s for s in action.option_strings if s.startswith("--")]
+        if long and action.dest not in ("help", argparse.SUPPRESS):
+            flags[action.dest] = max(long, key=len)
+    return flags
 
 
 class _StderrHandler(logging.Handler):
@@ -194,7 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(args_list)
         debug = debug or bool(getattr(args, "debug", False))
         quiet = bool(getattr(args, "quiet", False))
-        with _command_logging(quiet), _one_line_warnings(quiet, debug):
+        flags = getattr(args, "flags_by_param", {})
+        with _command_logging(quiet), _one_line_warnings(quiet, debug), flag_names(flags):
             return int(args.func(args) or 0)
     except UserInputError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

@@ -49,7 +49,7 @@ from typing import overload
 
 import pandas as pd
 
-from ._validate import duplicates, preview
+from ._validate import duplicates, param, preview, step
 from .exceptions import ResponsesError, UserInputError
 from .responses import EmptyPolicy, Responses, cell_number, is_missing
 
@@ -283,7 +283,7 @@ def load_responses(
     if p.is_dir():
         raise ResponsesError(
             f"{p}: is a folder; pass a responses file, or convert harness logs with "
-            "'bayes-microbench import'"
+            f"{step('bayes-microbench import', 'bayes_microbench.importers.import_responses')}"
         )
     if not p.exists():
         raise ResponsesError(f"{p}: no such file")
@@ -292,7 +292,8 @@ def load_responses(
     if suffix in (".parquet", ".pq"):
         if items is not None:
             raise ResponsesError(
-                f"{p}: --items applies to a wide matrix; a long table carries its subtask column"
+                f"{p}: {param('items')} applies to a wide matrix; a long table carries its "
+                "subtask column"
             )
         return Responses.from_long(
             _read_parquet(p), benchmark=benchmark, on_empty=on_empty, where=str(p)
@@ -306,7 +307,8 @@ def load_responses(
     if set(LONG_COLUMNS) <= set(table.header):
         if items is not None:
             raise ResponsesError(
-                f"{p}: --items applies to a wide matrix; a long table carries its subtask column"
+                f"{p}: {param('items')} applies to a wide matrix; a long table carries its "
+                "subtask column"
             )
         _check_header(table, "column names")
         return Responses.from_long(

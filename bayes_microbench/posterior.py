@@ -23,7 +23,7 @@ import pandas as pd
 import xarray as xr
 
 from . import response_model
-from ._validate import check_positive_int, preview
+from ._validate import check_positive_int, param, preview, step
 from .exceptions import ConvergenceWarning, UserInputError
 
 if TYPE_CHECKING:
@@ -107,15 +107,16 @@ class ItemDraws:
         total = max(self.n_available, self.n_draws)
         if total < need:
             kind = " (a MAP point estimate: no posterior uncertainty)" if total == 1 else ""
+            nuts = step("bayes-microbench fit --method nuts", "IRTModel.fit(method='nuts')")
             raise FewDrawsError(
                 f"{self.source}: has {total} posterior draw(s){kind}; an interval needs at "
-                f"least {need}: fit a posterior with draws ('bayes-microbench fit --method "
-                "nuts', or --method laplace / advi for a quick approximate one)"
+                f"least {need}: fit a posterior with draws ({nuts}, or method 'laplace' / "
+                "'advi' for a quick approximate one)"
             )
         raise FewDrawsError(
-            f"--max-draws: only {self.n_draws} of the {total} posterior draws of {self.source} "
-            f"are used; an interval from fewer than {need} draws is Monte Carlo noise (a "
-            f"single draw gives a point): use --max-draws {need} or more"
+            f"{param('max_draws')}: only {self.n_draws} of the {total} posterior draws of "
+            f"{self.source} are used; an interval from fewer than {need} draws is Monte Carlo "
+            f"noise (a single draw gives a point): use {param('max_draws', need)} or more"
         )
 
     def index_of(self, items: Sequence[str], where: str = "responses") -> np.ndarray:
@@ -282,7 +283,7 @@ def read_posterior_file(path: str | os.PathLike[str]) -> tuple[xr.Dataset, Misfi
         warnings.warn(
             f"{p}: this posterior's fit did not converge "
             f"({'; '.join(fitted.convergence_problems())}); its numbers may be wrong: "
-            "refit it until it converges (more --tune/--draws, or --method nuts)",
+            "refit it until it converges (more tuning steps and draws, or NUTS)",
             ConvergenceWarning,
             stacklevel=2,
         )
@@ -328,10 +329,11 @@ def item_draws(
     if "discrimination" in ds and "dim" in ds["discrimination"].dims:
         n_dims = int(ds.sizes["dim"])
         if not multidim:
+            one_d = step("bayes-microbench fit --model 2pl", "IRTModel(responses, '2pl')")
             raise UserInputError(
                 f"{where}: a multidimensional 2PL posterior ('2pl-md', {n_dims} ability "
-                "dims); design and the Bayesian selectors work on a 1-D ability: fit a 1-D "
-                "model ('bayes-microbench fit --model 2pl') for them (scoring accepts it)"
+                f"dims); design and the Bayesian selectors work on a 1-D ability: fit a 1-D "
+                f"model ({one_d}) for them (scoring accepts it)"
             )
         if "intercept" not in ds:
             raise UserInputError(

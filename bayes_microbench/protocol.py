@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._validate import check_int_range, plural, preview, span
+from ._validate import check_int_range, param, plural, preview, span
 from .exceptions import ConfigurationError, UserInputError
 from .io import write_atomic
 from .mdad import (
@@ -617,34 +617,36 @@ def fingerprint(responses: Responses) -> str:
 
 def load_target_group(spec: str, responses: Responses) -> np.ndarray:
     """``FILE:KEY`` (a JSON object of name lists) -> llm positions in ``responses``."""
+    name = param("target_group")
     path_text, sep, key = spec.rpartition(":")
     if not sep or not path_text or not key:
         raise UserInputError(
-            f"--target-group {spec!r}: expected FILE:KEY, e.g. gpqa.llm-groups.json:8b_instruct"
+            f"{param('target_group', spec)}: expected FILE:KEY, "
+            "e.g. gpqa.llm-groups.json:8b_instruct"
         )
     path = Path(path_text)
     try:
         groups = json.loads(path.read_text())
     except FileNotFoundError:
-        raise UserInputError(f"--target-group: {path}: no such file") from None
+        raise UserInputError(f"{name}: {path}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserInputError(f"--target-group: {path}: not a JSON file ({err})") from None
+        raise UserInputError(f"{name}: {path}: not a JSON file ({err})") from None
     if not isinstance(groups, dict) or key not in groups:
         keys = list(groups) if isinstance(groups, dict) else []
         raise UserInputError(
-            f"--target-group: {path} has no group {key!r}; groups there: {preview(keys, 10)}"
+            f"{name}: {path} has no group {key!r}; groups there: {preview(keys, 10)}"
         )
     names = groups[key]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise UserInputError(f"--target-group: {path}:{key} must be a list of llm names")
+        raise UserInputError(f"{name}: {path}:{key} must be a list of llm names")
     index = {str(n): k for k, n in enumerate(responses.llms)}
     absent = [n for n in names if n not in index]
     if absent:
         raise UserInputError(
-            f"--target-group: llms of {path.name}:{key} not in the responses {preview(absent)}"
+            f"{name}: llms of {path.name}:{key} not in the responses {preview(absent)}"
         )
     if len(set(names)) < 2:
-        raise UserInputError(f"--target-group: {path.name}:{key} needs at least 2 distinct llms")
+        raise UserInputError(f"{name}: {path.name}:{key} needs at least 2 distinct llms")
     return np.array(sorted({index[n] for n in names}), dtype=np.int64)
 
 
@@ -657,14 +659,16 @@ def validate_grid(
     unknown = [s for s in config.selectors if s not in SELECTORS]
     if unknown:
         raise ConfigurationError(
-            f"--selectors: unknown selector(s) {preview(unknown)}; choose from {', '.join(SELECTORS)}"
+            f"{param('selectors')}: unknown selector(s) {preview(unknown)}; "
+            f"choose from {', '.join(SELECTORS)}"
         )
     if not config.selectors:
-        raise ConfigurationError("--selectors: give at least one selector")
+        raise ConfigurationError(f"{param('selectors')}: give at least one selector")
     too_big = [n for n in config.sizes if n > n_seen]
     if too_big:
         raise ConfigurationError(
-            f"--sizes: {preview(too_big)} larger than the {plural(n_seen, 'seen item')} (half "
+            f"{param('sizes')}: {preview(too_big)} larger than the "
+            f"{plural(n_seen, 'seen item')} (half "
             f"of each subtask of the {plural(responses.n_items, 'item')}); choose "
             f"{span(1, n_seen, 'item')}"
         )
@@ -673,7 +677,7 @@ def validate_grid(
         try:
             check_int_range(
                 config.target_llms,
-                "--target-llms",
+                "target_llms",
                 2,
                 responses.n_llms - 1,
                 noun="target llm",
@@ -685,11 +689,12 @@ def validate_grid(
             raise ConfigurationError(str(err)) from None
     if responses.n_llms - n_targets < 1:
         raise ConfigurationError(
-            f"--target-group: all {responses.n_llms} llms are targets; none is left as a source"
+            f"{param('target_group')}: all {responses.n_llms} llms are targets; "
+            "none is left as a source"
         )
     if config.runs < 1:
-        raise ConfigurationError(f"--runs must be at least 1, got {config.runs}")
-    check_threshold(config.threshold, "--threshold")
+        raise ConfigurationError(f"{param('runs')} must be at least 1, got {config.runs}")
+    check_threshold(config.threshold, "threshold")
 
 
 def cell_stem(selector: str, n_items: int, n_sources: int) -> str:
@@ -832,9 +837,9 @@ def _reusable(out: Path, stem: str, settings: dict[str, Any], *, with_pairs: boo
     recorded = data.get("settings")
     if not isinstance(recorded, dict):
         raise UserInputError(
-            f"--output {out}: cells/{stem}.json was written by an older version of "
-            "bayes-microbench and does not record the settings it was computed with; "
-            "rerun with a new --output"
+            f"{param('output', str(out))}: cells/{stem}.json was written by an older version "
+            "of bayes-microbench and does not record the settings it was computed with; "
+            f"rerun with a new {param('output')} folder"
         )
     differ = [
         k for k in sorted(set(recorded) | set(settings)) if recorded.get(k) != settings.get(k)
@@ -844,8 +849,8 @@ def _reusable(out: Path, stem: str, settings: dict[str, Any], *, with_pairs: boo
             f"{k} ({_shown(recorded.get(k))} there, {_shown(settings.get(k))} now)" for k in differ
         )
         raise UserInputError(
-            f"--output {out}: cells/{stem}.json was computed with other settings: {shown}; "
-            "rerun with a new --output or the same settings"
+            f"{param('output', str(out))}: cells/{stem}.json was computed with other "
+            f"settings: {shown}; rerun with a new {param('output')} folder or the same settings"
         )
     if not with_pairs:
         return True
@@ -882,19 +887,20 @@ def _check_previous_config(out: Path, design: dict[str, Any]) -> None:
     except (json.JSONDecodeError, UnicodeDecodeError, OSError) as err:
         raise UserInputError(
             f"{cfg_path}: unreadable ({err}); delete it to resume (each cell records its own "
-            "settings), or choose a new --output"
+            f"settings), or choose a new {param('output')} folder"
         ) from None
     before = previous.get("design") if isinstance(previous, dict) else None
     if not isinstance(before, dict):
         raise UserInputError(
             f"{cfg_path}: not the config.json of 'bayes-microbench evaluate' (no 'design'); "
-            "delete it to resume (each cell records its own settings), or choose a new --output"
+            "delete it to resume (each cell records its own settings), or choose a new "
+            f"{param('output')} folder"
         )
     now = _json_safe(design)
     if before != now:
         changed = sorted(k for k in set(now) | set(before) if now.get(k) != before.get(k))
         raise UserInputError(
-            f"--output {out}: holds results of a different configuration (differs in "
+            f"{param('output', str(out))}: holds results of a different configuration (differs in "
             f"{', '.join(changed)}); use a new folder, or the same data and settings to resume"
         )
 
@@ -960,7 +966,9 @@ def evaluate_grid(
     started = time.perf_counter()
     out = Path(output)
     if out.exists() and not out.is_dir():
-        raise UserInputError(f"--output {out}: exists and is not a folder; choose a folder")
+        raise UserInputError(
+            f"{param('output', str(out))}: exists and is not a folder; choose a folder"
+        )
     n_workers = default_workers() if workers is None else int(workers)
     if n_workers < 1:
         raise ConfigurationError(f"workers must be at least 1, got {n_workers}")

@@ -55,8 +55,8 @@ CURVES_REQUIRED = ("n_items", "gap", "p_correct", "p_correct_lower", "p_correct_
 
 def _rewrite_hint(folder: Path) -> str:
     return (
-        f"rerun the 'evaluate' or 'mdad' command that wrote it with --output {folder} "
-        "(evaluate rewrites it from its cells)"
+        f"rerun the 'evaluate' or 'mdad' command that wrote it, with {folder} as its output "
+        "folder (evaluate rewrites it from its cells)"
     )
 
 
@@ -259,13 +259,14 @@ def write_report(folder: str | Path, fmt: Format = "md") -> Path:
     root = Path(folder)
     if not root.is_dir():
         raise UserInputError(
-            f"{root}: no such folder; pass the --output folder of 'evaluate' or 'mdad'"
+            f"{root}: no such folder; pass the output folder of 'evaluate' or 'mdad'"
         )
     if fmt not in ("md", "html"):
         raise UserInputError(f"report format must be 'md' or 'html', got {fmt!r}")
     if not (root / "mdad.csv").exists():
         raise UserInputError(
-            f"{root}: no mdad.csv here; pass the --output folder of 'bayes-microbench evaluate' or 'mdad'"
+            f"{root}: no mdad.csv here; pass the output folder of 'bayes-microbench evaluate' "
+            "or 'mdad'"
         )
     from ._outputs import output_set
 

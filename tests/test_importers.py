@@ -125,7 +125,9 @@ def test_lm_eval_filter_choice_and_error():
     flexible = import_responses("lm-eval", [LM_OUT], lm_filter="flexible-extract")
     # flexible-extract exact_match: a 1,1 ; b 0,1 ; c 1,1
     assert_same(matrix(flexible, LLMS, GSM), [[1, 1], [0, 1], [1, 1]])
-    with pytest.raises(HarnessLogError, match=r"several filters .*strict-match.*--filter"):
+    with pytest.raises(
+        HarnessLogError, match=r"several filters .*strict-match.*; choose one with lm_filter$"
+    ):
         import_responses("lm-eval", [LM_OUT])
     with pytest.raises(HarnessLogError, match=r"no filter 'nope'"):
         import_responses("lm-eval", [LM_OUT], lm_filter="nope")
@@ -211,7 +213,7 @@ def test_lm_eval_non_binary_metric_needs_threshold(tmp_path):
     ]
     path = run / "samples_squad_mini_2024-01-01T00-00-00.000001.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    with pytest.raises(HarnessLogError, match=r"choose one of \['f1'\] with --metric"):
+    with pytest.raises(HarnessLogError, match=r"choose one of \['f1'\] with metric$"):
         import_responses("lm-eval", [run])
     with pytest.raises(
         HarnessLogError, match=r"metric 'f1' for llm 'm', item 'squad_mini:0' is 0.75"
@@ -353,7 +355,7 @@ def test_inspect_epochs(tmp_path):
     second[0]["scores"] = {"choice": {"value": "I"}}
     log["samples"] = log["samples"] + second
     path = _write(tmp_path, log)
-    with pytest.raises(HarnessLogError, match=r"2 epochs \[1, 2\]; choose one with --epoch"):
+    with pytest.raises(HarnessLogError, match=r"2 epochs \[1, 2\]; choose one with epoch=N$"):
         import_responses("inspect", [path])
     assert_same(import_responses("inspect", [path], epoch=2).values, [[0, 0, 1]])
     assert_same(import_responses("inspect", [path], epoch=1).values, [[1, 0, 1]])
@@ -378,7 +380,9 @@ def test_inspect_scorer_choice_dict_values_and_partial(tmp_path):
     with pytest.raises(HarnessLogError, match=r"several scorers \['choice', 'multi', 'judge'\]"):
         import_responses("inspect", [path])
     assert_same(import_responses("inspect", [path], metric="choice").values, [[1, 0, 1]])
-    with pytest.raises(HarnessLogError, match=r"several values \['acc', 'f'\].*--metric multi.KEY"):
+    with pytest.raises(
+        HarnessLogError, match=r"several values \['acc', 'f'\]; choose one with metric=multi.KEY$"
+    ):
         import_responses("inspect", [path], metric="multi")
     assert_same(import_responses("inspect", [path], metric="multi.acc").values, [[1, 0, 1]])
     # "P" (partial credit, 0.5) is not binary without a threshold; the message says "P"
@@ -451,11 +455,11 @@ def test_unknown_format_and_inapplicable_options():
     ):
         import_responses("helm", [LM_OUT])
     assert FORMATS == ("auto", "lm-eval", "oll-details", "inspect")
-    with pytest.raises(UserInputError, match=r"--epoch does not apply to lm-eval"):
+    with pytest.raises(UserInputError, match=r"^epoch does not apply to lm-eval"):
         import_responses("lm-eval", [LM_OUT], epoch=1)
-    with pytest.raises(UserInputError, match=r"--filter does not apply to inspect"):
+    with pytest.raises(UserInputError, match=r"^lm_filter does not apply to inspect"):
         import_responses("inspect", [INSPECT], lm_filter="none")
-    with pytest.raises(UserInputError, match=r"--item-key must be one of"):
+    with pytest.raises(UserInputError, match=r"^item_key must be one of"):
         import_responses("lm-eval", [LM_OUT], item_key="line")
 
 

@@ -80,7 +80,7 @@ def test_current_eval_logs_are_zstd_and_import():
 
 def test_two_epochs_need_a_choice_and_each_imports():
     log = INSPECT / "match_epochs.eval"
-    with pytest.raises(HarnessLogError, match=r"2 epochs \[1, 2\]; choose one with --epoch"):
+    with pytest.raises(HarnessLogError, match=r"2 epochs \[1, 2\]; choose one with epoch=N$"):
         import_responses("inspect", [log])
     # target "A": even ids are answered "ANSWER: A", odd ones "mockllm says B"
     for epoch in (1, 2):
@@ -99,9 +99,9 @@ def test_partial_scores_are_named_as_logged_and_thresholded():
     np.testing.assert_array_equal(resp.select(items=items).values, [[1, 0, 1]])
     resp = import_responses("inspect", [log], threshold=0.75)
     np.testing.assert_array_equal(resp.select(items=items).values, [[0, 0, 1]])
-    with pytest.raises(HarnessLogError, match=r"--threshold 1.5 is outside the values"):
+    with pytest.raises(HarnessLogError, match=r"^threshold=1.5 is outside the values"):
         import_responses("inspect", [log], threshold=1.5)
-    with pytest.raises(HarnessLogError, match=r"--threshold -1 is outside .* count as correct"):
+    with pytest.raises(HarnessLogError, match=r"^threshold=-1.0 is outside .* count as correct"):
         import_responses("inspect", [log], threshold=-1)
 
 
@@ -192,7 +192,7 @@ def test_multi_correct_metric_needs_a_threshold_and_refuses_one_out_of_range():
     first = records(samples_file(MODEL_A_DIR, "mini_mc2"))[0]["acc"]
     with pytest.raises(HarnessLogError, match=rf"'mini_mc2:0' is {first:.6g}, not 0 or 1"):
         import_responses("lm-eval", [MODEL_A_DIR], metric=METRICS)
-    with pytest.raises(HarnessLogError, match=r"--threshold 1.5 is outside the values of metric"):
+    with pytest.raises(HarnessLogError, match=r"^threshold=1.5 is outside the values of metric"):
         import_responses("lm-eval", [MODEL_A_DIR], metric=METRICS, threshold=1.5)
 
 
@@ -203,8 +203,9 @@ def test_threshold_leaves_0_1_metrics_alone_with_a_note(threshold, caplog):
     with caplog.at_level(logging.INFO, logger="bayes_microbench.importers"):
         thresholded = import_responses("lm-eval", [task], threshold=threshold)
     np.testing.assert_array_equal(thresholded.values, plain.values)
-    notes = [r.getMessage() for r in caplog.records if "--threshold" in r.getMessage()]
-    assert len(notes) == 1 and "ignored for the 0/1 metric(s) 'acc' (mini_mc)" in notes[0]
+    notes = [r.getMessage() for r in caplog.records if "threshold" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].startswith(f"threshold={threshold!r} ignored")
+    assert "ignored for the 0/1 metric(s) 'acc' (mini_mc)" in notes[0]
 
 
 def test_output_path_json_layout_names_both_models():

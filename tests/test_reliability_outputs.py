@@ -107,7 +107,7 @@ def test_resume_refuses_cells_of_another_seed(resp_file, tmp_path, capsys):
     assert main([*args, "--seed", "1", "--output", str(tmp_path / "b")]) == 2
     line = one_error_line(capsys)
     assert str(tmp_path / "b") in line and "seed (0 there, 1 now)" in line
-    assert "rerun with a new --output or the same settings" in line
+    assert "rerun with a new --output folder or the same settings" in line
     assert snapshot(tmp_path / "b") == before  # nothing recomputed, reused or relabelled
     # the same settings resume it: every cell reused, outputs as in the original folder
     assert main([*args, "--output", str(tmp_path / "b")]) == 0
@@ -144,7 +144,9 @@ def test_resume_refuses_cells_of_an_older_version(resp, tmp_path):
     for path in (out / "cells").glob("*.json"):  # cell files as the previous version wrote them
         doc = json.loads(path.read_text())
         path.write_text(json.dumps({"metrics": doc["metrics"], "mdad": doc["mdad"]}))
-    with pytest.raises(UserInputError, match=r"older version of bayes-microbench.*new --output"):
+    with pytest.raises(
+        UserInputError, match=r"older version of bayes-microbench.*rerun with a new output folder$"
+    ):
         evaluate_grid(resp, _grid(), out)
 
 
@@ -216,13 +218,15 @@ def test_evaluate_refuses_threshold_outside_the_ranking_range(resp_file, tmp_pat
     assert not (tmp_path / "t").exists()
 
 
-def test_evaluate_threshold_is_the_one_mdad_and_plan_use(resp, tmp_path):
-    """The library refuses it too, with the message the mdad command gives."""
+def test_evaluate_threshold_is_the_one_mdad_and_plan_use(resp, tmp_path, capsys):
+    """The library refuses it too, naming the parameter where the mdad command names its flag."""
     with pytest.raises(UserInputError) as lib:
         evaluate_grid(resp, _grid(threshold=0.1), tmp_path / "t")
     assert main(["mdad", "--posterior", str(POSTERIOR), "--threshold", "0.1", "--output",
                  str(tmp_path / "m")]) == 2  # fmt: skip
-    assert str(lib.value) == "--threshold must lie in (0.5, 1), got 0.1"
+    line = one_error_line(capsys)
+    assert "--threshold" in line and "above 0.5 and below 1, got '0.1'" in line
+    assert str(lib.value) == "threshold must lie in (0.5, 1), got 0.1"
     report = evaluate_grid(resp, _grid(threshold=0.55, sizes=(4,)), tmp_path / "ok")
     assert report.mdad is not None and len(report.mdad) > 0
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .._validate import preview, show_value
+from .._validate import param, preview, show_value
 from ..exceptions import ResponsesError
 
 logger = logging.getLogger(__name__)
@@ -154,36 +154,42 @@ class ImportOptions:
 
     def __post_init__(self) -> None:
         if self.metric is not None and not str(self.metric).strip():
-            raise ResponsesError("--metric: give a metric name, got an empty string")
+            raise ResponsesError(f"{param('metric')}: give a metric name, got an empty string")
         if self.threshold is not None:
             try:
                 value = float(self.threshold)
             except (TypeError, ValueError):
                 raise ResponsesError(
-                    f"--threshold must be a number, got {self.threshold!r}"
+                    f"{param('threshold')} must be a number, got {self.threshold!r}"
                 ) from None
             if not math.isfinite(value):
-                raise ResponsesError(f"--threshold must be a finite number, got {value:g}")
+                raise ResponsesError(f"{param('threshold')} must be a finite number, got {value:g}")
             object.__setattr__(self, "threshold", value)
         if self.item_key not in ITEM_KEYS:
             raise ResponsesError(
-                f"--item-key must be one of {list(ITEM_KEYS)}, got {self.item_key!r}"
+                f"{param('item_key')} must be one of {list(ITEM_KEYS)}, got {self.item_key!r}"
             )
         if self.epoch is not None and (
             isinstance(self.epoch, bool) or not isinstance(self.epoch, int) or self.epoch < 1
         ):
-            raise ResponsesError(f"--epoch must be a whole number >= 1, got {self.epoch!r}")
+            raise ResponsesError(
+                f"{param('epoch')} must be a whole number >= 1, got {self.epoch!r}"
+            )
+
+
+#: The parameter of :func:`~bayes_microbench.importers.read_harness` that sets each option.
+OPTION_PARAMS = {"filter": "lm_filter", "item_key": "item_key", "epoch": "epoch"}
 
 
 def refuse_options(opts: ImportOptions, fmt: str, names: Sequence[str]) -> None:
     """Raise when an option that ``fmt`` does not use was set (it would be silently ignored)."""
-    flags = {"filter": "--filter", "item_key": "--item-key", "epoch": "--epoch"}
     for name in names:
         value = getattr(opts, name)
         default = "doc_id" if name == "item_key" else None
         if value != default:
             raise ResponsesError(
-                f"{flags[name]} does not apply to {fmt} logs; leave it out (got {value!r})"
+                f"{param(OPTION_PARAMS[name])} does not apply to {fmt} logs; leave it out "
+                f"(got {value!r})"
             )
 
 
@@ -321,7 +327,7 @@ def metric_value(value: Any, *, metric: str, where: str, llm: str, item: str) ->
     )
     raise HarnessLogError(
         f"{where}: metric {metric!r} for llm {llm!r}, item {item!r} is {kind} "
-        f"({_short(value)}), not a per-item score; choose another with --metric"
+        f"({_short(value)}), not a per-item score; choose another with {param('metric')}"
     )
 
 
@@ -386,16 +392,17 @@ def resolve_correct(frame: pd.DataFrame, threshold: float | None) -> pd.DataFram
             first = rows.loc[~values.isin(list(_BINARY)) & values.notna()].iloc[0]
             shown = first.get("shown") if "shown" in rows.columns else None
             value = shown if isinstance(shown, str) else show_value(float(first["correct"]))
+            pass_t = param("threshold", "T", placeholder=True)
             raise HarnessLogError(
                 f"{_place(first)}: metric {metric!r} for llm {first['llm']!r}, item "
-                f"{first['item']!r} is {value}, not 0 or 1; pass --threshold T to count values "
-                ">= T as correct, or choose a binary metric with --metric"
+                f"{first['item']!r} is {value}, not 0 or 1; pass {pass_t} to count values "
+                f">= T as correct, or choose a binary metric with {param('metric')}"
             )
         low, high = float(seen.min()), float(seen.max())
         if not low <= threshold <= high:
             side = "correct" if threshold < low else "incorrect"
             raise HarnessLogError(
-                f"--threshold {show_value(threshold)} is outside the values of {label} "
+                f"{param('threshold', threshold)} is outside the values of {label} "
                 f"({show_value(low)} to {show_value(high)}): every result would count as "
                 f"{side}; choose T within that range"
             )
@@ -404,7 +411,7 @@ def resolve_correct(frame: pd.DataFrame, threshold: float | None) -> pd.DataFram
         )
     if ignored:
         note(
-            f"--threshold {show_value(threshold)} ignored for the 0/1 metric(s) "
+            f"{param('threshold', threshold)} ignored for the 0/1 metric(s) "
             f"{', '.join(ignored)}: it applies to continuous metrics"
         )
     return df
@@ -484,7 +491,7 @@ def merge_rows(frame: pd.DataFrame, fmt: str, threshold: float | None = None) ->
         shown = "; ".join(f"{r[col]!r} in {_place(r)}" for _, r in rows.iterrows())
         hint = (
             ": the runs used different versions or orders of the dataset; import them "
-            "separately, or key items by document with --item-key doc_hash"
+            f"separately, or key items by document with {param('item_key', 'doc_hash')}"
             if col == "doc_hash"
             else ""
         )

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._validate import param
 from ._common import (
     EmptyLogError,
     HarnessLogError,
@@ -184,8 +185,8 @@ def _why_empty(log: _Log) -> str:
     if log.status in ("started", "cancelled"):
         return f"the eval is {log.status} and has logged no sample yet"
     return (
-        "the log holds no samples (run with --no-log-samples, or only its header was "
-        "written); rerun the eval with samples logged"
+        "the log holds no samples (run with 'inspect eval --no-log-samples', or only its "
+        "header was written); rerun the eval with samples logged"
     )
 
 
@@ -318,7 +319,8 @@ def _log_rows(path: Path, log: _Log, opts: ImportOptions) -> Iterator[dict[str, 
         failed = f"the eval failed ({_error_text(log)}) and " if log.status == "error" else ""
         raise EmptyLogError(
             f"{path}: {failed}none of its {len(samples)} samples is scored (run with "
-            f"--no-score, or every sample errored); score it with 'inspect score {path}'"
+            f"'inspect eval --no-score', or every sample errored); score it with "
+            f"'inspect score {path}'"
             if not failed
             else f"{path}: {failed}none of its {len(samples)} samples is scored; fix it and rerun"
         )
@@ -332,7 +334,8 @@ def _log_rows(path: Path, log: _Log, opts: ImportOptions) -> Iterator[dict[str, 
         epoch = opts.epoch
     elif len(epochs) > 1:
         raise HarnessLogError(
-            f"{path}: samples were run for {len(epochs)} epochs {epochs}; choose one with --epoch N"
+            f"{path}: samples were run for {len(epochs)} epochs {epochs}; choose one with "
+            f"{param('epoch', 'N', placeholder=True)}"
         )
     else:
         epoch = epochs[0]
@@ -396,7 +399,7 @@ def _choose_scorer(
     if wanted is None:
         if len(names) > 1:
             raise HarnessLogError(
-                f"{path}: samples have several scorers {names}; choose one with --metric"
+                f"{path}: samples have several scorers {names}; choose one with {param('metric')}"
             )
         return names[0], None
     candidates = metric_candidates(wanted)
@@ -435,7 +438,7 @@ def _score_value(
     elif isinstance(value, dict):
         raise HarnessLogError(
             f"{where}: scorer {scorer!r} gives several values {sorted(value)}; choose one with "
-            f"--metric {scorer}.KEY"
+            f"{param('metric', f'{scorer}.KEY', placeholder=True)}"
         )
     shown = None
     if isinstance(value, str):

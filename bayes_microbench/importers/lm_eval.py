@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._validate import param
 from ._common import (
     HarnessLogError,
     ImportOptions,
@@ -373,7 +374,7 @@ def _one_filter(
     else:
         raise HarnessLogError(
             f"{source}: task {task!r} is logged under several filters {filters}; "
-            "choose one with --filter"
+            f"choose one with {param('lm_filter')}"
         )
     return [(line, rec) for line, rec in records if rec.get("filter") == chosen]
 
@@ -409,7 +410,8 @@ def _choose_metric(
         shown = candidates[0] if len(candidates) == 1 else candidates
         raise HarnessLogError(
             f"{source}: task {task!r} has no metric {shown!r}; its metrics are {names} "
-            "(--metric takes a comma-separated list: the first one a task logs is used)"
+            f"({param('metric')} takes a comma-separated list: the first one a task logs is "
+            "used)"
         )
     for name in DEFAULT_METRICS:
         if name in first:
@@ -420,7 +422,7 @@ def _choose_metric(
         )
     raise HarnessLogError(
         f"{source}: task {task!r} has none of the default metrics {list(DEFAULT_METRICS)}; "
-        f"choose one of {names} with --metric"
+        f"choose one of {names} with {param('metric')}"
     )
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import pandas as pd
 
+from .._validate import param
 from ._common import (
     HarnessLogError,
     ImportOptions,
@@ -134,7 +135,7 @@ def read_oll_details(
             continue
         if opts.item_key not in records[0]:
             other = "doc_hash" if opts.item_key == "doc_id" else "doc_id"
-            hint = f"; key items with --item-key {other}" if other in records[0] else ""
+            hint = f"; key items with {param('item_key', other)}" if other in records[0] else ""
             raise HarnessLogError(
                 f"{path}: no {opts.item_key!r} column (columns: {sorted(records[0])}); "
                 f"not a leaderboard details file{hint}"

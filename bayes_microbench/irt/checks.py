@@ -20,6 +20,7 @@ import pandas as pd
 import xarray as xr
 
 from .._defaults import DEFAULT_CI_PROB
+from .._validate import param, step
 from ..exceptions import ConfigurationError
 from ..response_model import logit_md, loglik, prob
 
@@ -51,14 +52,15 @@ def _require_draws(fit: Any, max_draws: int, need: int, what: str) -> None:
     name = str(getattr(fit, "path", "this posterior"))
     if total < need:
         kind = " (a MAP point estimate)" if total == 1 else ""
+        nuts = step("bayes-microbench fit --method nuts", "IRTModel.fit(method='nuts')")
         raise ConfigurationError(
             f"{name}: has {total} posterior draw(s){kind}; {what} needs at least {need}: "
-            "check a fit with draws ('bayes-microbench fit --method nuts', or --method "
-            "laplace / pathfinder for an approximate one)"
+            f"check a fit with draws ({nuts}, or method 'laplace' / 'pathfinder' for an "
+            "approximate one)"
         )
     raise ConfigurationError(
-        f"--max-draws {max_draws}: {what} of {name} would use {used} of its {total} draws; "
-        f"it needs at least {need}: use --max-draws {need} or more"
+        f"{param('max_draws', max_draws)}: {what} of {name} would use {used} of its {total} "
+        f"draws; it needs at least {need}: use {param('max_draws', need)} or more"
     )
 
 

@@ -45,6 +45,7 @@ from typing import Any, Literal
 import numpy as np
 import xarray as xr
 
+from .._validate import step
 from ..exceptions import IncompatibleArtifactError
 from ..io import write_atomic
 from .config import FORMAT_VERSION, IRTConfig, SamplerConfig
@@ -352,11 +353,13 @@ def load_posterior(
     if p.is_dir():
         raise IncompatibleArtifactError(
             f"{p}: is a folder, not a posterior file; give the .nc file that "
-            "'bayes-microbench fit --output' wrote (e.g. models/gpqa-2pl.nc)"
+            f"{step('bayes-microbench fit --output', 'IRTModel.save')} wrote "
+            "(e.g. models/gpqa-2pl.nc)"
         )
     if not p.exists():
         raise IncompatibleArtifactError(
-            f"{p}: no such file; fit a posterior with 'bayes-microbench fit --output {p}'"
+            f"{p}: no such file; fit a posterior with "
+            + step(f"bayes-microbench fit --output {p}", f"IRTModel(responses).fit().save('{p}')")
         )
     try:
         tree = xr.open_datatree(p, engine=_engine())
@@ -366,14 +369,16 @@ def load_posterior(
         raise IncompatibleArtifactError(
             f"{p}: cannot be read as a NetCDF posterior ({type(err).__name__}): the file is "
             "damaged (e.g. a truncated copy) or not a posterior written by this tool; write "
-            "it again with 'bayes-microbench fit --output', or for models/*.nc rebuild it "
+            f"it again with {step('bayes-microbench fit --output', 'IRTModel.save')}, "
+            "or for models/*.nc rebuild it "
             "with 'python -m bayes_microbench.irt.build_models'"
         ) from None
     attrs = tree.attrs
     if "config_json" not in attrs or "format_version" not in attrs:
         raise IncompatibleArtifactError(
             f"{p}: not a bayes_microbench posterior (no configuration attrs); "
-            "fit one with 'bayes-microbench fit'"
+            "fit one with "
+            f"{step('bayes-microbench fit', 'IRTModel(responses).fit().save(path)')}"
         )
     version = int(attrs["format_version"])
     if version != FORMAT_VERSION:
