@@ -27,13 +27,29 @@ STATS = ("diverging", "energy", "n_steps", "tree_depth", "step_size", "lp")
 
 
 def worker_count(chains: int) -> int:
-    """How many worker processes to run ``chains`` chains in (1: run them as threads)."""
+    """How many worker processes to run ``chains`` chains in (1: run them as threads).
+
+    Threads when the ``workers`` accelerator is off or untested (:mod:`._accelerators`),
+    off Linux, or once JAX has started in this process (forking it then is unsafe);
+    JAX's private ``backends_are_initialized`` that tells is checked at first use.
+    """
     if chains < 2 or not sys.platform.startswith("linux") or not hasattr(os, "sched_getaffinity"):
         return 1
-    if "jax" in sys.modules:
-        from jax._src import xla_bridge
+    from . import _accelerators
 
-        if xla_bridge.backends_are_initialized():
+    if not _accelerators.enabled("workers"):
+        return 1
+    if "jax" in sys.modules:
+        try:
+            from jax._src.xla_bridge import backends_are_initialized
+
+            started = bool(backends_are_initialized())
+        except Exception as err:  # a JAX without it: whether forking is safe is unknown
+            _accelerators.fall_back(
+                "workers", f"JAX cannot say whether it has started ({type(err).__name__}: {err})"
+            )
+            return 1
+        if started:
             return 1
     return min(chains, len(os.sched_getaffinity(0)))
 
@@ -83,9 +99,12 @@ def compile_for_nutpie(model: Any) -> Any:
     """
     import nutpie
 
-    return lean_logp(
-        nutpie.compile_pymc_model(model, backend="jax", gradient_backend="jax", jitter_rvs=set())
+    from . import _accelerators
+
+    compiled = nutpie.compile_pymc_model(
+        model, backend="jax", gradient_backend="jax", jitter_rvs=set()
     )
+    return lean_logp(compiled) if _accelerators.enabled("lean_logp") else compiled
 
 
 def lean_logp(compiled: Any) -> Any:
@@ -148,16 +167,19 @@ def _die_with_parent(parent: int) -> None:
 def _worker(
     conn: Any, model: Any, core: int, floatx: str, kwargs: dict[str, Any], parent: int
 ) -> None:
+    from . import _accelerators
+
     _die_with_parent(parent)
+    _accelerators.defer_notes()  # the parent logs this worker's fallbacks, once
     try:
         os.sched_setaffinity(0, {core})
         import pytensor
 
         with pytensor.config.change_flags(floatX=floatx):
             raw, stats = nutpie_draws(model, cores=1, **kwargs)
-        conn.send(("ok", raw, stats))
+        conn.send(("ok", raw, stats, _accelerators.fallen()))
     except BaseException as err:  # reported by the parent; a worker must not die silently
-        conn.send(("error", f"{type(err).__name__}: {err}", None))
+        conn.send(("error", f"{type(err).__name__}: {err}", None, _accelerators.fallen()))
     finally:
         conn.close()
 
@@ -210,7 +232,12 @@ def nutpie_in_workers(
                     f"NUTS worker process {k} died without a result "
                     f"(exit code {procs[k].exitcode}; out of memory?)"
                 ) from None
-        for status, first, _ in results:
+        from . import _accelerators
+
+        for _, _, _, fell in results:
+            for name, reason in fell.items():
+                _accelerators.fall_back(name, reason)
+        for status, first, _, _ in results:
             if status != "ok":
                 raise RuntimeError(f"NUTS worker process failed: {first}")
     finally:

@@ -1,0 +1,163 @@
+"""The NUTS accelerators side by side: GPQA's default 2PL fit with each one left out, and none.
+
+Each fit is the default NUTS fit of GPQA (420 x 448, 2PL, 2 chains x (1000 tune + 1000
+draws), fixed seed) in a fresh process, with ``BAYES_MICROBENCH_ACCELERATE`` set per variant:
+
+- ``auto``: every accelerator (the FFI kernel, the forked pinned workers, ``lean_logp``);
+- ``no-lean_logp`` / ``no-ffi`` / ``no-workers``: all but that one;
+- ``off``: none (plain nutpie threads, its own callback, XLA's kernel).
+
+The variants run in interleaved rounds (the order rotated each round), so that a change
+in the machine's load falls on every variant alike. Figures per row: ``sampling_s`` (the
+fit's own ``wall_seconds``: compile, tune and draws), the child's wall and CPU seconds,
+and a fingerprint of the draws (``lean_logp`` must give the same draws as without it).
+
+Usage (timings only under the machine's CPU lock: it is shared)::
+
+    flock /tmp/cpu.lock .venv/bin/python benchmarks/bench_accelerators.py --repeats 3
+    .venv/bin/python benchmarks/bench_accelerators.py --report-only   # section from results
+
+Rows go to ``benchmarks/results/accelerators.json``; the section of ``benchmarks/README.md``
+shows per variant the median sampling time and its ratio to ``auto``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _report import MATRICES, check_names, last_run, run_rows, write_section  # noqa: E402
+
+RESULTS = HERE / "results" / "accelerators.json"
+#: variant -> the value of BAYES_MICROBENCH_ACCELERATE it runs with.
+VARIANTS = {
+    "auto": "auto",
+    "no-lean_logp": "ffi,workers",
+    "no-ffi": "workers,lean_logp",
+    "no-workers": "ffi,lean_logp",
+    "off": "off",
+}
+SEED = 0
+
+
+def one(variant: str, repeat: int) -> dict:
+    """Fit GPQA's default 2PL under ``variant`` in this process; its figures."""
+    os.environ["BAYES_MICROBENCH_ACCELERATE"] = VARIANTS[variant]
+    import warnings
+
+    import numpy as np
+
+    from bayes_microbench import load_responses
+    from bayes_microbench.irt import IRTModel, _accelerators
+
+    start = time.perf_counter()
+    resp = load_responses(MATRICES["gpqa"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the row reports convergence itself
+        fit = IRTModel(resp, "2pl").fit("nuts", random_seed=SEED, progressbar=False)
+    wall = time.perf_counter() - start
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the joined NUTS workers
+    cpu = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    d = fit.diagnostics
+    assert d is not None
+    ability = np.ascontiguousarray(fit.posterior["ability"].values)
+    return {
+        "variant": variant,
+        "switch": VARIANTS[variant],
+        "repeat": repeat,
+        "sampling_s": fit.wall_seconds,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "draws_sha": hashlib.sha256(ability.tobytes()).hexdigest()[:16],
+        "max_rhat": d.max_rhat,
+        "min_ess_bulk": d.min_ess_bulk,
+        "divergences": d.divergences,
+        "converged": d.ok,
+        "status": _accelerators.status(),
+    }
+
+
+def section(rows: list[dict]) -> str:
+    """The report section: median sampling, wall and CPU seconds per variant, ratio to auto."""
+    by = {v: [r for r in rows if r["variant"] == v] for v in VARIANTS}
+    med = {v: statistics.median(r["sampling_s"] for r in rs) for v, rs in by.items() if rs}
+    lines = [
+        "GPQA 420 x 448, the default 2PL NUTS fit (2 chains x (1000 tune + 1000 draws), "
+        f"seed {SEED}), each row a fresh process, variants in interleaved rounds; "
+        "`BAYES_MICROBENCH_ACCELERATE` per variant. sampling s = the fit's `wall_seconds` "
+        "(compile, tune, draws); ratio = the variant's median over `auto`'s (above 1: "
+        "slower without). Run under `flock /tmp/cpu.lock` on a machine shared with other "
+        "jobs (load = 1-minute load average at each row's start).",
+        "",
+        "| variant | switch | runs | median sampling s | ratio to auto | sampling s (each) "
+        "| median CPU s | draws | load |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for v, rs in by.items():
+        if not rs:
+            continue
+        ratio = med[v] / med["auto"] if "auto" in med else float("nan")
+        each = ", ".join(f"{r['sampling_s']:.1f}" for r in rs)
+        cpu = statistics.median(r["cpu_s"] for r in rs)
+        shas = sorted({r["draws_sha"] for r in rs})
+        load = ", ".join(f"{r['load']:.1f}" for r in rs)
+        lines.append(
+            f"| {v} | `{VARIANTS[v]}` | {len(rs)} | {med[v]:.1f} | {ratio:.2f} | {each} "
+            f"| {cpu:.0f} | {', '.join(shas)} | {load} |"
+        )
+    lines += [
+        "",
+        "draws = a fingerprint of the ability draws: equal fingerprints, equal draws.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--one", nargs=2, metavar=("VARIANT", "REPEAT"), help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--no-report", action="store_true")
+    args = parser.parse_args()
+    if args.one:
+        print("ROW " + json.dumps(one(args.one[0], int(args.one[1]))), flush=True)
+        return 0
+    names = [v for v in args.variants.split(",") if v]
+    check_names(parser, "variant", names, list(VARIANTS))
+    if args.report_only:
+        rows = json.loads(RESULTS.read_text())["rows"]
+    else:
+        jobs = [
+            [names[(k + r) % len(names)], str(r)]
+            for r in range(args.repeats)
+            for k in range(len(names))
+        ]
+        got = run_rows(__file__, jobs, lambda r: (r["variant"], r["repeat"]), RESULTS)
+        if got is None:
+            return 1
+        rows = got
+    print(section(rows))
+    if not args.no_report:
+        write_section(
+            "bench_accelerators",
+            "NUTS accelerators side by side (GPQA 2PL)",
+            section(rows),
+            run=last_run(rows) if args.report_only else None,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
