@@ -88,6 +88,88 @@ def one(variant: str, repeat: int) -> dict:
     }
 
 
+CALLS = HERE / "results" / "accelerators_calls.json"
+
+
+def per_call(rounds: int, calls: int) -> dict:
+    """One log-density-and-gradient call's time, per callback and kernel, side by side.
+
+    GPQA's default 2PL (decoupled, float32) compiled for nutpie twice in this process
+    (the FFI kernel on, then off), each with nutpie's own callback and with
+    ``lean_logp``'s: four callbacks, timed in ``rounds`` interleaved rounds of ``calls``
+    calls each (the order rotated each round) on one pinned core, at nutpie's initial
+    point. Returns each callback's per-call milliseconds (every round), and the largest
+    difference of its value and gradient from nutpie's own callback with the FFI kernel.
+    """
+    import warnings
+
+    import numpy as np
+
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    import nutpie
+    import pytensor
+
+    from bayes_microbench import load_responses
+    from bayes_microbench.irt import IRTModel
+    from bayes_microbench.irt._chains import lean_logp
+
+    resp = load_responses(MATRICES["gpqa"])
+    funcs = {}
+    with pytensor.config.change_flags(floatX="float32"):
+        model = IRTModel(resp, "2pl").build_model(parameterization="decoupled", float32=True)
+        for kernel, switch in (("ffi", "ffi"), ("xla", "off")):
+            os.environ["BAYES_MICROBENCH_ACCELERATE"] = switch
+            compiled = nutpie.compile_pymc_model(
+                model, backend="jax", gradient_backend="jax", jitter_rvs=set()
+            )
+            funcs[f"{kernel}+nutpie"] = compiled._make_logp_func()
+            funcs[f"{kernel}+lean_logp"] = lean_logp(compiled)._make_logp_func()
+        x = np.asarray(compiled._make_initial_points(0), dtype=np.float64)
+    names = list(funcs)
+    ms: dict[str, list[float]] = {n: [] for n in names}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Explicitly requested dtype")
+        ref_v, ref_g = funcs["ffi+nutpie"](x)
+        diff = {}
+        for n in names:
+            v, g = funcs[n](x)
+            diff[n] = [abs(v - ref_v), float(np.abs(g - ref_g).max())]
+        for r in range(rounds):
+            for k in range(len(names)):
+                n = names[(k + r) % len(names)]
+                f = funcs[n]
+                t = time.perf_counter()
+                for _ in range(calls):
+                    f(x)
+                ms[n].append(1e3 * (time.perf_counter() - t) / calls)
+    return {"rounds": rounds, "calls": calls, "ms": ms, "diff_from_ffi_nutpie": diff}
+
+
+def calls_section(res: dict) -> str:
+    """Per-call medians and lower quartiles of :func:`per_call`, with the two ratios."""
+    q = {n: (statistics.median(v), statistics.quantiles(v, n=4)[0]) for n, v in res["ms"].items()}
+    lines = [
+        f"One log-density-and-gradient call (GPQA 2PL, decoupled, float32; {res['rounds']} "
+        f"interleaved rounds of {res['calls']} calls on one pinned core; ms per call):",
+        "",
+        "| callback | median ms | lower quartile ms | value diff | largest gradient diff |",
+        "|---|---|---|---|---|",
+    ]
+    for n, (med, low) in q.items():
+        dv, dg = res["diff_from_ffi_nutpie"][n]
+        lines.append(f"| {n} | {med:.3f} | {low:.3f} | {dv:.2g} | {dg:.2g} |")
+    lines += [
+        "",
+        "Ratios of medians: nutpie's callback over `lean_logp`'s "
+        f"{q['ffi+nutpie'][0] / q['ffi+lean_logp'][0]:.2f} (FFI kernel), "
+        f"{q['xla+nutpie'][0] / q['xla+lean_logp'][0]:.2f} (XLA's); XLA's kernel over the "
+        f"FFI kernel {q['xla+nutpie'][0] / q['ffi+nutpie'][0]:.2f} (nutpie's callback), "
+        f"{q['xla+lean_logp'][0] / q['ffi+lean_logp'][0]:.2f} (`lean_logp`). diffs: from "
+        "`ffi+nutpie` at the same point.",
+    ]
+    return "\n".join(lines)
+
+
 def section(rows: list[dict]) -> str:
     """The report section: median sampling, wall and CPU seconds per variant, ratio to auto."""
     by = {v: [r for r in rows if r["variant"] == v] for v in VARIANTS}
@@ -130,9 +212,19 @@ def main() -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--no-report", action="store_true")
+    parser.add_argument(
+        "--calls", type=int, default=0, metavar="ROUNDS",
+        help="time the callbacks per call in ROUNDS interleaved rounds instead of fitting",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.one:
         print("ROW " + json.dumps(one(args.one[0], int(args.one[1]))), flush=True)
+        return 0
+    if args.calls:
+        res = per_call(args.calls, 100)
+        res.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load=os.getloadavg()[0])
+        CALLS.write_text(json.dumps(res, indent=1) + "\n")
+        print(calls_section(res))
         return 0
     names = [v for v in args.variants.split(",") if v]
     check_names(parser, "variant", names, list(VARIANTS))
@@ -148,12 +240,15 @@ def main() -> int:
         if got is None:
             return 1
         rows = got
-    print(section(rows))
+    body = section(rows)
+    if CALLS.exists():
+        body += "\n\n" + calls_section(json.loads(CALLS.read_text()))
+    print(body)
     if not args.no_report:
         write_section(
             "bench_accelerators",
             "NUTS accelerators side by side (GPQA 2PL)",
-            section(rows),
+            body,
             run=last_run(rows) if args.report_only else None,
         )
     return 0

@@ -354,6 +354,9 @@ def test_lean_logp_callback_returns_nutpie_s_value_and_gradient(tiny):
 
     from bayes_microbench.irt._chains import lean_logp
 
+    from .conftest import require_accelerators
+
+    require_accelerators("lean_logp")
     resp, _, _ = tiny
     with pytensor.config.change_flags(floatX="float32"):
         model = IRTModel(resp, "2pl").build_model()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from importlib import metadata
 
 from ..exceptions import ConfigurationError
@@ -102,11 +103,11 @@ def _release(version: str) -> tuple[int, ...]:
     """The leading numeric release of a version string (``0.12.0.1`` -> (0, 12, 0, 1))."""
     parts = []
     for piece in version.split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
+        digits = re.match(r"\d+", piece)
+        if digits is None:
             break
-        parts.append(int(digits))
-        if not piece.isdigit():  # '1rc1', '0+local': what follows is no release number
+        parts.append(int(digits.group()))
+        if digits.end() < len(piece):  # '0rc1', '0+local': what follows is no release number
             break
     return tuple(parts)
 
