@@ -3,22 +3,28 @@
 Each fit is the default NUTS fit of GPQA (420 x 448, 2PL, 2 chains x (1000 tune + 1000
 draws), fixed seed) in a fresh process, with ``BAYES_MICROBENCH_ACCELERATE`` set per variant:
 
-- ``auto``: every accelerator (the FFI kernel, the forked pinned workers, ``lean_logp``);
-- ``no-lean_logp`` / ``no-ffi`` / ``no-workers``: all but that one;
-- ``off``: none (plain nutpie threads, its own callback, XLA's kernel).
+- ``auto``: every accelerator (the FFI kernel, the forked pinned workers);
+- ``no-ffi`` / ``no-workers``: all but that one;
+- ``off``: none (plain nutpie threads, XLA's kernel for the fused likelihood Op);
+- ``lean_logp``: ``auto`` plus the nutpie callback patch that was dropped
+  (:func:`lean_logp`, kept here only to measure it: docs/decisions/0027).
 
 The variants run in interleaved rounds (the order rotated each round), so that a change
 in the machine's load falls on every variant alike. Figures per row: ``sampling_s`` (the
 fit's own ``wall_seconds``: compile, tune and draws), the child's wall and CPU seconds,
-and a fingerprint of the draws (``lean_logp`` must give the same draws as without it).
+the accelerators active (from ``_accelerators.status``) and a fingerprint of the draws.
+``--calls ROUNDS`` times one log-density-and-gradient call instead, per kernel and
+callback, in one process.
 
 Usage (timings only under the machine's CPU lock: it is shared)::
 
     flock /tmp/cpu.lock .venv/bin/python benchmarks/bench_accelerators.py --repeats 3
+    flock /tmp/cpu.lock .venv/bin/python benchmarks/bench_accelerators.py --calls 40
     .venv/bin/python benchmarks/bench_accelerators.py --report-only   # section from results
 
-Rows go to ``benchmarks/results/accelerators.json``; the section of ``benchmarks/README.md``
-shows per variant the median sampling time and its ratio to ``auto``.
+Rows go to ``benchmarks/results/accelerators.json`` (per-call figures to
+``accelerators_calls.json``); the section of ``benchmarks/README.md`` shows per set of
+active accelerators the median times and their ratio to ``ffi+workers`` (the default).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -42,12 +49,44 @@ RESULTS = HERE / "results" / "accelerators.json"
 #: variant -> the value of BAYES_MICROBENCH_ACCELERATE it runs with.
 VARIANTS = {
     "auto": "auto",
-    "no-lean_logp": "ffi,workers",
-    "no-ffi": "workers,lean_logp",
-    "no-workers": "ffi,lean_logp",
+    "lean_logp": "auto",
+    "no-ffi": "workers",
+    "no-workers": "ffi",
     "off": "off",
 }
 SEED = 0
+#: the set of accelerators the ratios are taken against (the default).
+REFERENCE = "ffi+workers"
+
+
+def lean_logp(compiled: Any) -> Any:
+    """``compiled`` with a nutpie log-density callback that returns one array per gradient.
+
+    The patch the package dropped (docs/decisions/0027): it replaces nutpie's private
+    ``_make_logp_func`` with one that jits value and gradient into one array of the
+    sampling dtype and converts it once, where nutpie converts the two separately.
+    """
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    raw = compiled._raw_logp_fn
+
+    @jax.jit
+    def value_and_grad(x: Any) -> Any:
+        value, grad = jax.value_and_grad(lambda v: raw(v)[0])(x)
+        return jnp.concatenate([grad, value[None].astype(grad.dtype)])
+
+    def make_logp_func() -> Any:
+        def logp(x: Any, **shared: Any) -> tuple[float, Any]:
+            out = np.asarray(value_and_grad(x), dtype=np.float64)
+            return float(out[-1]), out[:-1]
+
+        return logp
+
+    return dataclasses.replace(compiled, _make_logp_func=make_logp_func)
 
 
 def one(variant: str, repeat: int) -> dict:
@@ -58,8 +97,11 @@ def one(variant: str, repeat: int) -> dict:
     import numpy as np
 
     from bayes_microbench import load_responses
-    from bayes_microbench.irt import IRTModel, _accelerators
+    from bayes_microbench.irt import IRTModel, _accelerators, _chains
 
+    if variant == "lean_logp":  # the forked workers inherit the patched compile
+        plain = _chains.compile_for_nutpie
+        _chains.compile_for_nutpie = lambda model: lean_logp(plain(model))  # type: ignore
     start = time.perf_counter()
     resp = load_responses(MATRICES["gpqa"])
     with warnings.catch_warnings():
@@ -85,6 +127,7 @@ def one(variant: str, repeat: int) -> dict:
         "divergences": d.divergences,
         "converged": d.ok,
         "status": _accelerators.status(),
+        "lean_logp_patch": variant == "lean_logp",
     }
 
 
@@ -111,7 +154,6 @@ def per_call(rounds: int, calls: int) -> dict:
 
     from bayes_microbench import load_responses
     from bayes_microbench.irt import IRTModel
-    from bayes_microbench.irt._chains import lean_logp
 
     resp = load_responses(MATRICES["gpqa"])
     funcs = {}
@@ -170,37 +212,51 @@ def calls_section(res: dict) -> str:
     return "\n".join(lines)
 
 
+def active(row: dict) -> str:
+    """The accelerators a row ran with, as ``ffi+workers`` (``none``: the plain path)."""
+    names = [k for k, v in row["status"].items() if v == "active"]
+    if row.get("lean_logp_patch"):
+        names.append("lean_logp")  # the benchmark's own copy of the dropped patch
+    return "+".join(names) or "none"
+
+
 def section(rows: list[dict]) -> str:
-    """The report section: median sampling, wall and CPU seconds per variant, ratio to auto."""
-    by = {v: [r for r in rows if r["variant"] == v] for v in VARIANTS}
-    med = {v: statistics.median(r["sampling_s"] for r in rs) for v, rs in by.items() if rs}
+    """The report section: median sampling and CPU seconds per set of active accelerators."""
+    groups: dict[str, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: (r["date"], r["repeat"])):
+        groups.setdefault(active(r), []).append(r)
+    med = {k: statistics.median(r["sampling_s"] for r in rs) for k, rs in groups.items()}
+    cpu = {k: statistics.median(r["cpu_s"] for r in rs) for k, rs in groups.items()}
     lines = [
         "GPQA 420 x 448, the default 2PL NUTS fit (2 chains x (1000 tune + 1000 draws), "
-        f"seed {SEED}), each row a fresh process, variants in interleaved rounds; "
+        f"seed {SEED}), each row a fresh process, variants in interleaved rounds, "
         "`BAYES_MICROBENCH_ACCELERATE` per variant. sampling s = the fit's `wall_seconds` "
-        "(compile, tune, draws); ratio = the variant's median over `auto`'s (above 1: "
-        "slower without). Run under `flock /tmp/cpu.lock` on a machine shared with other "
-        "jobs (load = 1-minute load average at each row's start).",
+        "(compile, tune, draws); CPU s = the process and its NUTS workers; ratios = the "
+        f"median over `{REFERENCE}`'s (the default; above 1: slower). Run under "
+        "`flock /tmp/cpu.lock`, but on a machine shared with other jobs that do not take "
+        "the lock (load = 1-minute load average at each row's start; 2 cores): the wall "
+        "times swing with the load, the CPU seconds much less.",
         "",
-        "| variant | switch | runs | median sampling s | ratio to auto | sampling s (each) "
-        "| median CPU s | draws | load |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| active accelerators | runs | median sampling s | wall ratio | sampling s (each) "
+        "| median CPU s | CPU ratio | draws | load | commit |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for v, rs in by.items():
-        if not rs:
-            continue
-        ratio = med[v] / med["auto"] if "auto" in med else float("nan")
+    for k, rs in groups.items():
+        wall_ratio = med[k] / med[REFERENCE] if REFERENCE in med else float("nan")
+        cpu_ratio = cpu[k] / cpu[REFERENCE] if REFERENCE in cpu else float("nan")
         each = ", ".join(f"{r['sampling_s']:.1f}" for r in rs)
-        cpu = statistics.median(r["cpu_s"] for r in rs)
-        shas = sorted({r["draws_sha"] for r in rs})
+        shas = ", ".join(sorted({r["draws_sha"] for r in rs}))
         load = ", ".join(f"{r['load']:.1f}" for r in rs)
+        commits = ", ".join(sorted({r["commit"] for r in rs}))
         lines.append(
-            f"| {v} | `{VARIANTS[v]}` | {len(rs)} | {med[v]:.1f} | {ratio:.2f} | {each} "
-            f"| {cpu:.0f} | {', '.join(shas)} | {load} |"
+            f"| {k} | {len(rs)} | {med[k]:.1f} | {wall_ratio:.2f} | {each} | {cpu[k]:.0f} "
+            f"| {cpu_ratio:.2f} | {shas} | {load} | {commits} |"
         )
     lines += [
         "",
-        "draws = a fingerprint of the ability draws: equal fingerprints, equal draws.",
+        "draws = a fingerprint of the ability draws (equal fingerprints: equal draws). "
+        "`lean_logp` = the dropped nutpie callback patch (at commit 32af2b6 it was part of "
+        "the package; since then the benchmark applies its own copy).",
     ]
     return "\n".join(lines)
 
@@ -236,7 +292,7 @@ def main() -> int:
             for r in range(args.repeats)
             for k in range(len(names))
         ]
-        got = run_rows(__file__, jobs, lambda r: (r["variant"], r["repeat"]), RESULTS)
+        got = run_rows(__file__, jobs, lambda r: (r["variant"], r["repeat"], r["commit"]), RESULTS)
         if got is None:
             return 1
         rows = got

@@ -34,8 +34,8 @@ def test_the_switch_takes_auto_off_or_names(fresh):
         ("auto", set(_accelerators.ACCELERATORS)),
         ("off", set()),
         (" Off ", set()),
-        ("workers,lean_logp", {"workers", "lean_logp"}),
-        ("ffi", {"ffi"}),
+        ("workers", {"workers"}),
+        ("ffi, workers", {"ffi", "workers"}),
     ]:
         fresh.setenv(_accelerators.SWITCH, value)
         assert _accelerators.requested() == want, value
@@ -73,16 +73,15 @@ def test_an_untested_version_falls_back_with_one_warning(fresh, caplog):
     fresh.setattr(_accelerators, "installed", _version({"nutpie": "0.17.0"}))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert _chains.worker_count(2) == 1  # workers: threads
-        assert not _accelerators.enabled("lean_logp")
         assert not _accelerators.enabled("workers")  # asked again: no second line
         assert _accelerators.enabled("ffi")  # jax and jaxlib are still the tested ones
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 2, lines  # one line for each accelerator that fell back
-    assert all("nutpie 0.17.0 is outside the tested range >=0.16.11,<0.17" in x for x in lines)
+    assert len(lines) == 1, lines
+    assert "nutpie 0.17.0 is outside the tested range >=0.16.11,<0.17" in lines[0]
     assert "NUTS chains in forked pinned worker processes" in lines[0]
     assert "the plain path runs instead" in lines[0]
     assert _accelerators.status()["ffi"] == "active"
-    assert "outside the tested range" in _accelerators.status()["lean_logp"]
+    assert "outside the tested range" in _accelerators.status()["workers"]
 
 
 def test_an_untested_jaxlib_keeps_xla_s_kernel(fresh, caplog):
@@ -158,17 +157,15 @@ def test_both_paths_give_the_same_log_density_and_gradient(fresh):
     fresh.setattr(
         _likelihood, "_compiled_kernel_applies", lambda *a: used.append(real(*a)) or used[-1]
     )
-    logps, lean = {}, {}
+    logps = {}
     with pytensor.config.change_flags(floatX="float32"):
         model = _tiny_model()
         for value in ("auto", "off"):
             fresh.setenv(_accelerators.SWITCH, value)
             compiled = _chains.compile_for_nutpie(model)
-            lean[value] = compiled._make_logp_func.__qualname__.startswith("lean_logp")
             logps[value] = compiled._make_logp_func()
             n_dim = compiled.n_dim
     assert used == [True, False]  # the FFI kernel, then XLA's
-    assert lean == {"auto": True, "off": False}
     rng = np.random.default_rng(0)
     for _ in range(3):
         x = rng.normal(0.0, 0.5, n_dim)
@@ -189,23 +186,21 @@ def test_the_accelerators_are_active_on_this_machine(fresh):
             "accelerators not active here, the plain path runs: "
             + "; ".join(f"{k}: {v}" for k, v in inactive.items())
         )
-    from bayes_microbench.irt import _chains, _ffi_2pl
+    from bayes_microbench.irt import _ffi_2pl
 
     fresh.setattr(_ffi_2pl, "_state", {})
     assert _ffi_2pl.available(), _ffi_2pl._state.get("error")  # its check against numpy
     from jax._src.xla_bridge import backends_are_initialized  # what worker_count asks
 
     assert isinstance(backends_are_initialized(), bool)
-    import pytensor
-
-    with pytensor.config.change_flags(floatX="float32"):
-        compiled = _chains.compile_for_nutpie(_tiny_model())
-    assert compiled._make_logp_func.__qualname__.startswith("lean_logp")  # nutpie's layout
     assert _accelerators.fallen() == {}
 
 
 @pytest.mark.long
 def test_a_worker_s_fallback_is_logged_once_by_the_parent():
+    from .conftest import require_accelerators
+
+    require_accelerators("ffi", "workers")
     # a fresh interpreter: forked workers need a process where JAX has not started
     code = textwrap.dedent(
         """
@@ -218,16 +213,20 @@ def test_a_worker_s_fallback_is_logged_once_by_the_parent():
         logging.basicConfig(level=logging.WARNING, format="LOG %(name)s %(message)s")
         warnings.simplefilter("ignore", ConvergenceWarning)
         real = _accelerators.untested
-        _accelerators.untested = lambda n: "pretend" if n == "lean_logp" else real(n)
+        # the FFI kernel's gate runs where the model is compiled: in each worker
+        _accelerators.untested = lambda n: "pretend" if n == "ffi" else real(n)
         resp = simulate_responses("gpqa", n_llms=30, n_items=40, model="2pl", random_seed=3)
         assert worker_count(2) == 2, worker_count(2)
         IRTModel(resp, "2pl").fit(draws=30, tune=30, chains=2, random_seed=7)
-        assert _accelerators.fallen() == {"lean_logp": "pretend"}, _accelerators.fallen()
+        assert _accelerators.fallen() == {"ffi": "pretend"}, _accelerators.fallen()
         print("ok")
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k != _accelerators.SWITCH}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("ok")
     lines = [x for x in out.stderr.splitlines() if x.startswith(f"LOG {LOGGER}")]
-    assert len(lines) == 1 and "one-array nutpie log-density callback" in lines[0], lines
+    assert len(lines) == 1 and "the one-pass FFI likelihood kernel" in lines[0], lines

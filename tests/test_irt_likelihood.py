@@ -339,7 +339,7 @@ def test_the_environment_switch_keeps_the_xla_kernel(monkeypatch, caplog):
 
     monkeypatch.setattr(_ffi_2pl, "_state", {})
     monkeypatch.setattr(_accelerators, "_fallen", {})
-    monkeypatch.setenv(_accelerators.SWITCH, "workers,lean_logp")  # all but the FFI kernel
+    monkeypatch.setenv(_accelerators.SWITCH, "workers")  # all but the FFI kernel
     with caplog.at_level("INFO", logger=_accelerators.__name__):
         assert not _ffi_2pl.available()
         assert not _compiled_kernel_applies(*_loglik_node("float32", 1.0))

@@ -1,15 +1,12 @@
 """The NUTS accelerators behind one switch, pinned to the library versions they were tested with.
 
-Three accelerators sit on top of the plain path (nutpie's own threads and callback, XLA's
-own kernel for the fused likelihood Op of :mod:`._likelihood`, which always stays):
+Two accelerators sit on top of the plain path (nutpie's chains as threads of one process,
+XLA's own kernel for the fused likelihood Op of :mod:`._likelihood`, which always stays):
 
 - ``ffi``: the one-pass float32 2PL/3PL likelihood kernel called by XLA (:mod:`._ffi_2pl`;
   reads XLA's FFI call frame by its C layout);
 - ``workers``: the chains in forked worker processes pinned to one core each
-  (:mod:`._chains`; asks a private JAX module whether JAX has started);
-- ``lean_logp``: nutpie's log-density callback replaced by one returning value and
-  gradient as one array (:func:`._chains.lean_logp`; replaces nutpie's private
-  ``_make_logp_func``).
+  (:mod:`._chains`; asks a private JAX module whether JAX has started).
 
 ``BAYES_MICROBENCH_ACCELERATE`` (:data:`SWITCH`) chooses them: ``auto`` (the default:
 each one whose libraries are inside :data:`TESTED`), ``off`` (none: the plain path), or a
@@ -17,8 +14,8 @@ comma list of names (those only, still version-checked; for side-by-side timings
 Outside the tested range, or when an accelerator's own check fails at first use, the
 plain path runs and :func:`fall_back` logs one warning naming what fell back and why.
 
-Why: docs/decisions/0027-accelerators-behind-one-switch.md (what each one saves, and why
-the versions are pinned).
+Why: docs/decisions/0027-accelerators-behind-one-switch.md (what each one saves, why the
+versions are pinned, and the nutpie callback patch measured and dropped).
 """
 
 from __future__ import annotations
@@ -40,7 +37,6 @@ OLD_SWITCH = "BAYES_MICROBENCH_FFI_KERNEL"
 ACCELERATORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ffi": ("the one-pass FFI likelihood kernel", ("jax", "jaxlib")),
     "workers": ("NUTS chains in forked pinned worker processes", ("jax", "nutpie")),
-    "lean_logp": ("the one-array nutpie log-density callback", ("jax", "nutpie")),
 }
 
 #: distribution -> (lowest tested version, first untested version): the range the
@@ -70,7 +66,7 @@ def requested() -> frozenset[str]:
     if os.environ.get(OLD_SWITCH) is not None and OLD_SWITCH not in _fallen:
         _fallen[OLD_SWITCH] = "ignored"
         logger.warning(
-            "%s is no longer read; set %s=off for the plain path, or %s=workers,lean_logp "
+            "%s is no longer read; set %s=off for the plain path, or %s=workers "
             "to leave out the FFI kernel only",
             OLD_SWITCH,
             SWITCH,

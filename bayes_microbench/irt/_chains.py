@@ -4,11 +4,12 @@
 ``numpy.random.SeedSequence(seed)``) and gathers their draws and sample statistics;
 :func:`worker_count` returns 1 (threads in one process) once JAX has started in the
 process, or off Linux. The two paths give other draws for the same seed, each
-reproducible. :func:`lean_logp` gives nutpie a callback returning value and gradient as
-one array.
+reproducible. The forked workers are the ``workers`` accelerator of :mod:`._accelerators`
+(off, or outside its tested versions: threads); nutpie's own log-density callback is used.
 
 Why: docs/decisions/0017-chains-in-pinned-worker-processes.md (26 s against 39 s for two
-chains on two cores; XLA's helper threads).
+chains on two cores; XLA's helper threads); docs/decisions/0027-accelerators-behind-one-switch.md
+(the callback patch measured and dropped).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def nutpie_draws(
 
 
 def compile_for_nutpie(model: Any) -> Any:
-    """``model`` compiled for nutpie as the NUTS workers sample it: JAX, lean callback.
+    """``model`` compiled for nutpie as the NUTS workers sample it: JAX, no jitter.
 
     Every chain starts at the data-driven initial values: nutpie's default
     U(-1, 1) jitter of all unconstrained values (e.g. the ability scale) can
@@ -99,50 +100,7 @@ def compile_for_nutpie(model: Any) -> Any:
     """
     import nutpie
 
-    from . import _accelerators
-
-    compiled = nutpie.compile_pymc_model(
-        model, backend="jax", gradient_backend="jax", jitter_rvs=set()
-    )
-    return lean_logp(compiled) if _accelerators.enabled("lean_logp") else compiled
-
-
-def lean_logp(compiled: Any) -> Any:
-    """``compiled`` with a log-density callback that hands nutpie one array per gradient.
-
-    nutpie's own JAX callback converts the value and the gradient to numpy
-    separately (two device-to-host transfers and two syncs per call). This one
-    jits the value and the gradient into one array of the sampling dtype and
-    converts it once: the same numbers, with less overhead per call (measured:
-    docs/decisions/0017). A model nutpie compiled otherwise (shared data, no raw JAX
-    function, another nutpie layout) is returned unchanged.
-    """
-    import dataclasses
-
-    raw = getattr(compiled, "_raw_logp_fn", None)
-    fields = (
-        {f.name for f in dataclasses.fields(compiled)}
-        if dataclasses.is_dataclass(compiled)
-        else set()
-    )
-    if raw is None or getattr(compiled, "_shared_data", None) or "_make_logp_func" not in fields:
-        return compiled
-    import jax
-    import jax.numpy as jnp
-
-    @jax.jit
-    def value_and_grad(x: Any) -> Any:
-        value, grad = jax.value_and_grad(lambda v: raw(v)[0])(x)
-        return jnp.concatenate([grad, value[None].astype(grad.dtype)])
-
-    def make_logp_func() -> Any:
-        def logp(x: np.ndarray, **shared: Any) -> tuple[float, np.ndarray]:
-            out = np.asarray(value_and_grad(x), dtype=np.float64)
-            return float(out[-1]), out[:-1]
-
-        return logp
-
-    return dataclasses.replace(compiled, _make_logp_func=make_logp_func)
+    return nutpie.compile_pymc_model(model, backend="jax", gradient_backend="jax", jitter_rvs=set())
 
 
 def draws_and_stats(tree: Any, model: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
