@@ -72,7 +72,7 @@ def one(name: str, tune: int, draws: int, seed: int) -> dict:
 
     model, param, backend, config, adaptation = VARIANTS[name]
     if name.endswith("-xla"):
-        os.environ["BAYES_MICROBENCH_FFI_KERNEL"] = "0"
+        os.environ["BAYES_MICROBENCH_ACCELERATE"] = "workers"  # all but the FFI kernel
     start = time.perf_counter()
     resp = load_responses(GPQA)
     with warnings.catch_warnings():
@@ -351,12 +351,14 @@ def report(
         "one core each and uses the fused likelihood Op (the 3PL since commit fa24b31; "
         "earlier 3PL rows autodiffed a `logaddexp` graph); since commit 091dab5 each worker "
         "hands nutpie the value and the gradient as one array (`lean_logp`: the same draws, "
-        "one host transfer per gradient). Since commit 21d1bb3 the "
+        "one host transfer per gradient; dropped after commit 32af2b6, docs/decisions/0027). "
+        "Since commit 21d1bb3 the "
         "float32 2PL likelihood is one compiled pass over the cells that XLA calls through "
         "JAX's FFI (`irt/_ffi_2pl.py`), and since commit 2d57184 the 3PL's with its floors "
         "fixed (`3pl-*`: floors 1/4; since ddb2d93 its items' slopes are centred by the "
         "3PL's information); `-xla` = the same model with that kernel switched off "
-        "(`BAYES_MICROBENCH_FFI_KERNEL=0`: XLA's own passes, as in every earlier run). "
+        "(`BAYES_MICROBENCH_FFI_KERNEL=0`, since 32af2b6 `BAYES_MICROBENCH_ACCELERATE=workers`: "
+        "XLA's own passes, as in every earlier run). "
         "Peak MiB = the largest single "
         "process (each of the two workers holds about that much).",
         "",

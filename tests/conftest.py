@@ -39,3 +39,17 @@ def write_posterior(path: Path, post, **attrs) -> Path:
 @pytest.fixture
 def gpqa_path() -> Path:
     return shared_path("open-llm-leaderboard-v2/gpqa.csv")
+
+
+def require_accelerators(*names: str) -> None:
+    """Skip the test, saying why, where one of the NUTS accelerators ``names`` is not active.
+
+    Outside the tested jax/jaxlib/nutpie range, or with ``BAYES_MICROBENCH_ACCELERATE``
+    off, the plain path runs and a test of the accelerator itself has nothing to test.
+    """
+    from bayes_microbench.irt import _accelerators
+
+    state = _accelerators.status()
+    off = {n: state[n] for n in names if state[n] != "active"}
+    if off:
+        pytest.skip("not active here: " + "; ".join(f"{n}: {why}" for n, why in off.items()))

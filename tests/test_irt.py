@@ -348,32 +348,6 @@ def test_nuts_recovers_truth_on_tiny_data(tiny):
     assert (post["discrimination"] > 0).all()
 
 
-def test_lean_logp_callback_returns_nutpie_s_value_and_gradient(tiny):
-    nutpie = pytest.importorskip("nutpie")
-    import pytensor
-
-    from bayes_microbench.irt._chains import lean_logp
-
-    resp, _, _ = tiny
-    with pytensor.config.change_flags(floatX="float32"):
-        model = IRTModel(resp, "2pl").build_model()
-        compiled = nutpie.compile_pymc_model(
-            model, backend="jax", gradient_backend="jax", jitter_rvs=set()
-        )
-    lean = lean_logp(compiled)
-    assert lean is not compiled  # no shared data: the lean callback applies
-    theirs, ours = compiled._make_logp_func(), lean._make_logp_func()
-    rng = np.random.default_rng(0)
-    for _ in range(3):
-        x = rng.normal(0.0, 0.5, compiled.n_dim)
-        with warnings.catch_warnings():  # float32: JAX notes 64-bit constants become 32-bit
-            warnings.filterwarnings("ignore", message="Explicitly requested dtype")
-            (v1, g1), (v2, g2) = theirs(x), ours(x)
-        assert np.isfinite(v1) and v1 == v2
-        assert g2.dtype == np.float64 and g2.flags.c_contiguous and g2.shape == (compiled.n_dim,)
-        np.testing.assert_array_equal(g1, g2)
-
-
 def test_an_unconverged_decoupled_nc_fit_names_the_centered_items(tiny):
     from bayes_microbench.irt.model import SMALL_MATRIX_HINT
 

@@ -13,6 +13,9 @@ pytest.importorskip("nutpie")
 
 @pytest.mark.long
 def test_worker_processes_run_the_chains_reproducibly():
+    from .conftest import require_accelerators
+
+    require_accelerators("workers")
     # a fresh interpreter: in this test process JAX may already be running, and
     # then the chains (correctly) run as threads instead of forked workers
     code = textwrap.dedent(

@@ -206,6 +206,9 @@ def _compiled_kernel():
     pytest.importorskip("jax")
     from bayes_microbench.irt import _ffi_2pl
 
+    from .conftest import require_accelerators
+
+    require_accelerators("ffi")
     assert _ffi_2pl.available(), _ffi_2pl._state.get("error")
     return _ffi_2pl
 
@@ -315,21 +318,31 @@ def test_the_op_takes_the_compiled_kernel_only_where_it_is_exact():
 def test_a_kernel_that_cannot_be_compiled_leaves_the_xla_kernel(monkeypatch, caplog):
     import sys
 
+    from bayes_microbench.irt import _accelerators
     from bayes_microbench.irt._likelihood import _compiled_kernel_applies
 
+    from .conftest import require_accelerators
+
+    require_accelerators("ffi")
+    monkeypatch.setattr(_accelerators, "_fallen", {})
     # as when Numba finds no directory to cache the kernel in: the import fails
     monkeypatch.setitem(sys.modules, "bayes_microbench.irt._ffi_2pl", None)
-    with caplog.at_level("INFO", logger="bayes_microbench.irt._likelihood"):
+    with caplog.at_level("WARNING", logger=_accelerators.__name__):
         assert not _compiled_kernel_applies(*_loglik_node("float32", 1.0))
-    assert "the FFI likelihood kernel is not used" in caplog.text
+    assert "the one-pass FFI likelihood kernel" in caplog.text
+    assert "is not used: its kernel did not compile" in caplog.text
 
 
 def test_the_environment_switch_keeps_the_xla_kernel(monkeypatch, caplog):
-    from bayes_microbench.irt import _ffi_2pl
+    from bayes_microbench.irt import _accelerators, _ffi_2pl
+    from bayes_microbench.irt._likelihood import _compiled_kernel_applies
 
     monkeypatch.setattr(_ffi_2pl, "_state", {})
-    monkeypatch.setenv(_ffi_2pl.SWITCH, "0")
-    with caplog.at_level("INFO", logger=_ffi_2pl.__name__):
+    monkeypatch.setattr(_accelerators, "_fallen", {})
+    monkeypatch.setenv(_accelerators.SWITCH, "workers")  # all but the FFI kernel
+    with caplog.at_level("INFO", logger=_accelerators.__name__):
         assert not _ffi_2pl.available()
-    assert f"{_ffi_2pl.SWITCH}=0" in _ffi_2pl._state["error"]
-    assert f"not used: RuntimeError: switched off by {_ffi_2pl.SWITCH}=0" in caplog.text
+        assert not _compiled_kernel_applies(*_loglik_node("float32", 1.0))
+    assert "ok" not in _ffi_2pl._state  # not even tried
+    assert caplog.text == ""  # switched off is no fallback: nothing to warn about
+    assert _accelerators.status()["ffi"] == f"switched off by {_accelerators.SWITCH}"

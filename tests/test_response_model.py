@@ -174,6 +174,9 @@ def test_the_compiled_float32_kernel_is_the_core(floors):
     jax = pytest.importorskip("jax")
     from bayes_microbench.irt import _ffi_2pl
 
+    from .conftest import require_accelerators
+
+    require_accelerators("ffi")
     assert _ffi_2pl.available(), _ffi_2pl._state.get("error")
     theta, a, e, _, y = _world(6, n_llms=3 * _ffi_2pl.BLOCK + 5, n_items=20, missing=0.2)
     w = (~np.isnan(y)).astype(np.float32)

@@ -4,11 +4,12 @@
 ``numpy.random.SeedSequence(seed)``) and gathers their draws and sample statistics;
 :func:`worker_count` returns 1 (threads in one process) once JAX has started in the
 process, or off Linux. The two paths give other draws for the same seed, each
-reproducible. :func:`lean_logp` gives nutpie a callback returning value and gradient as
-one array.
+reproducible. The forked workers are the ``workers`` accelerator of :mod:`._accelerators`
+(off, or outside its tested versions: threads); nutpie's own log-density callback is used.
 
 Why: docs/decisions/0017-chains-in-pinned-worker-processes.md (26 s against 39 s for two
-chains on two cores; XLA's helper threads).
+chains on two cores; XLA's helper threads); docs/decisions/0027-accelerators-behind-one-switch.md
+(the callback patch measured and dropped).
 """
 
 from __future__ import annotations
@@ -27,13 +28,29 @@ STATS = ("diverging", "energy", "n_steps", "tree_depth", "step_size", "lp")
 
 
 def worker_count(chains: int) -> int:
-    """How many worker processes to run ``chains`` chains in (1: run them as threads)."""
+    """How many worker processes to run ``chains`` chains in (1: run them as threads).
+
+    Threads when the ``workers`` accelerator is off or untested (:mod:`._accelerators`),
+    off Linux, or once JAX has started in this process (forking it then is unsafe);
+    JAX's private ``backends_are_initialized`` that tells is checked at first use.
+    """
     if chains < 2 or not sys.platform.startswith("linux") or not hasattr(os, "sched_getaffinity"):
         return 1
-    if "jax" in sys.modules:
-        from jax._src import xla_bridge
+    from . import _accelerators
 
-        if xla_bridge.backends_are_initialized():
+    if not _accelerators.enabled("workers"):
+        return 1
+    if "jax" in sys.modules:
+        try:
+            from jax._src.xla_bridge import backends_are_initialized
+
+            started = bool(backends_are_initialized())
+        except Exception as err:  # a JAX without it: whether forking is safe is unknown
+            _accelerators.fall_back(
+                "workers", f"JAX cannot say whether it has started ({type(err).__name__}: {err})"
+            )
+            return 1
+        if started:
             return 1
     return min(chains, len(os.sched_getaffinity(0)))
 
@@ -73,7 +90,7 @@ def nutpie_draws(
 
 
 def compile_for_nutpie(model: Any) -> Any:
-    """``model`` compiled for nutpie as the NUTS workers sample it: JAX, lean callback.
+    """``model`` compiled for nutpie as the NUTS workers sample it: JAX, no jitter.
 
     Every chain starts at the data-driven initial values: nutpie's default
     U(-1, 1) jitter of all unconstrained values (e.g. the ability scale) can
@@ -83,47 +100,7 @@ def compile_for_nutpie(model: Any) -> Any:
     """
     import nutpie
 
-    return lean_logp(
-        nutpie.compile_pymc_model(model, backend="jax", gradient_backend="jax", jitter_rvs=set())
-    )
-
-
-def lean_logp(compiled: Any) -> Any:
-    """``compiled`` with a log-density callback that hands nutpie one array per gradient.
-
-    nutpie's own JAX callback converts the value and the gradient to numpy
-    separately (two device-to-host transfers and two syncs per call). This one
-    jits the value and the gradient into one array of the sampling dtype and
-    converts it once: the same numbers, with less overhead per call (measured:
-    docs/decisions/0017). A model nutpie compiled otherwise (shared data, no raw JAX
-    function, another nutpie layout) is returned unchanged.
-    """
-    import dataclasses
-
-    raw = getattr(compiled, "_raw_logp_fn", None)
-    fields = (
-        {f.name for f in dataclasses.fields(compiled)}
-        if dataclasses.is_dataclass(compiled)
-        else set()
-    )
-    if raw is None or getattr(compiled, "_shared_data", None) or "_make_logp_func" not in fields:
-        return compiled
-    import jax
-    import jax.numpy as jnp
-
-    @jax.jit
-    def value_and_grad(x: Any) -> Any:
-        value, grad = jax.value_and_grad(lambda v: raw(v)[0])(x)
-        return jnp.concatenate([grad, value[None].astype(grad.dtype)])
-
-    def make_logp_func() -> Any:
-        def logp(x: np.ndarray, **shared: Any) -> tuple[float, np.ndarray]:
-            out = np.asarray(value_and_grad(x), dtype=np.float64)
-            return float(out[-1]), out[:-1]
-
-        return logp
-
-    return dataclasses.replace(compiled, _make_logp_func=make_logp_func)
+    return nutpie.compile_pymc_model(model, backend="jax", gradient_backend="jax", jitter_rvs=set())
 
 
 def draws_and_stats(tree: Any, model: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -148,16 +125,19 @@ def _die_with_parent(parent: int) -> None:
 def _worker(
     conn: Any, model: Any, core: int, floatx: str, kwargs: dict[str, Any], parent: int
 ) -> None:
+    from . import _accelerators
+
     _die_with_parent(parent)
+    _accelerators.defer_notes()  # the parent logs this worker's fallbacks, once
     try:
         os.sched_setaffinity(0, {core})
         import pytensor
 
         with pytensor.config.change_flags(floatX=floatx):
             raw, stats = nutpie_draws(model, cores=1, **kwargs)
-        conn.send(("ok", raw, stats))
+        conn.send(("ok", raw, stats, _accelerators.fallen()))
     except BaseException as err:  # reported by the parent; a worker must not die silently
-        conn.send(("error", f"{type(err).__name__}: {err}", None))
+        conn.send(("error", f"{type(err).__name__}: {err}", None, _accelerators.fallen()))
     finally:
         conn.close()
 
@@ -210,7 +190,12 @@ def nutpie_in_workers(
                     f"NUTS worker process {k} died without a result "
                     f"(exit code {procs[k].exitcode}; out of memory?)"
                 ) from None
-        for status, first, _ in results:
+        from . import _accelerators
+
+        for _, _, _, fell in results:
+            for name, reason in fell.items():
+                _accelerators.fall_back(name, reason)
+        for status, first, _, _ in results:
             if status != "ok":
                 raise RuntimeError(f"NUTS worker process failed: {first}")
     finally:

@@ -6,8 +6,9 @@ totals; the 3PL with constant floors of at least :data:`MIN_FLOOR`), behind a ty
 FFI handler that reads XLA's call frame (FFI C API, major version 0) and answers its
 metadata query. :func:`available` registers it and checks it against numpy once per
 sampling process; :func:`dense_2pl` calls it. Importing this module compiles the kernels
-(cached on disk). A failed check or ``BAYES_MICROBENCH_FFI_KERNEL=0`` keeps XLA's own
-kernel; a frame that does not match the expected float32 buffers gets a NaN value.
+(cached on disk). It is the ``ffi`` accelerator of :mod:`._accelerators`: switched off
+there, outside its tested jaxlib range, or on a failed check, XLA's own kernel runs; a frame
+that does not match the expected float32 buffers gets a NaN value.
 
 Why: docs/decisions/0016-likelihood-kernels.md (0.22 ms against XLA's 0.56 ms per call on
 GPQA, and the accuracy against float64).
@@ -15,8 +16,6 @@ GPQA, and the accuracy against float64).
 
 from __future__ import annotations
 
-import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +60,6 @@ _HALF, _ONE, _ZERO = np.float32(0.5), np.float32(1.0), np.float32(0.0)
 _FLAGS = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
 _state: dict[str, Any] = {}
-
-logger = logging.getLogger(__name__)
 
 
 @numba.njit(fastmath=_FLAGS, error_model="numpy", cache=True)
@@ -281,19 +278,21 @@ def _handler(frame_ptr: Any) -> Any:
     return _pointer(0)
 
 
-#: Set to ``0`` to keep the plain XLA kernel (to compare, or to rule this one out).
-SWITCH = "BAYES_MICROBENCH_FFI_KERNEL"
-
-
 def available() -> bool:
-    """Whether the kernel is registered with XLA and passed its check (tried once a process)."""
+    """Whether the kernel is registered with XLA and passed its check (tried once a process).
+
+    Tried only when the ``ffi`` accelerator is enabled (:func:`._accelerators.enabled`);
+    a failure falls back to XLA's kernel with one warning (:func:`._accelerators.fall_back`).
+    """
+    from . import _accelerators
+
+    if not _accelerators.enabled("ffi"):
+        return False
     if "ok" not in _state:
         _state["ok"] = False
         try:
             import jax
 
-            if os.environ.get(SWITCH, "1") == "0":
-                raise RuntimeError(f"switched off by {SWITCH}=0")
             major = _header_major()
             if major != 0:
                 raise RuntimeError(f"this jaxlib's XLA FFI header gives major version {major}")
@@ -303,7 +302,7 @@ def available() -> bool:
         except Exception as err:  # any failure: the plain XLA kernel is used
             _state["error"] = f"{type(err).__name__}: {err}"
         if not _state["ok"]:
-            logger.info("the FFI likelihood kernel is not used: %s", _state["error"])
+            _accelerators.fall_back("ffi", _state["error"])
     return bool(_state["ok"])
 
 

@@ -13,7 +13,6 @@ against 2 ms per call on GPQA).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -215,10 +214,14 @@ def _compiled_kernel_applies(op: BernoulliLogit2PLLogLik, node: Apply | None) ->
     weights = np.asarray(w.data)
     if not np.all((weights == 0) | (weights == 1)) or (w.type.ndim == 0 and weights != 1):
         return False
+    from . import _accelerators
+
+    if not _accelerators.enabled("ffi"):
+        return False
     try:  # importing compiles the kernel (e.g. Numba may find no cache directory)
         from ._ffi_2pl import MIN_FLOOR, available
     except Exception as err:
-        logging.getLogger(__name__).info("the FFI likelihood kernel is not used: %s", err)
+        _accelerators.fall_back("ffi", f"its kernel did not compile: {type(err).__name__}: {err}")
         return False
     if c is not None and not np.all((c.data >= MIN_FLOOR) & (c.data < 1)):
         return False
