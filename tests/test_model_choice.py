@@ -22,11 +22,11 @@ def test_candidates_parse_and_bad_ones_are_named():
     assert parse_candidate(" 1pl ") == ("1pl", {})
     assert parse_candidates("1pl, 2pl,2pl-md:2") == ["1pl", "2pl", "2pl-md:2"]
     for bad, match in (
-        ("4pl,2pl", "'4pl'"),
+        ("4pl,2pl", "candidates: '4pl' is not a model"),
         ("2pl-md:0,2pl", "whole number >= 1"),
         ("2pl:2,1pl", "'2pl:2'"),
-        ("2pl", "at least two"),
-        ("2pl,2pl", "twice"),
+        ("2pl", "candidates='2pl': give at least two"),
+        ("2pl,2pl", "candidates='2pl,2pl': names a model twice"),
     ):
         with pytest.raises(ConfigurationError, match=match):
             parse_candidates(bad)
@@ -82,7 +82,7 @@ def responses_file(tmp_path):
     [
         (
             ["--model", "auto", "--candidates", "2pl"],
-            "--candidates 2pl: candidates: give at least two",
+            "--candidates 2pl: give at least two",
         ),
         (["--model", "auto", "--candidates", "2pl,5pl"], "'5pl'"),
         (

@@ -126,14 +126,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _rank_candidates(args: argparse.Namespace) -> int:
     """``check --responses``: fit the candidates by default, rank them by PSIS-LOO."""
-    from ..exceptions import ConfigurationError, UserInputError
     from ..io import load_responses
     from ..irt.choice import DEFAULT_CANDIDATES, compare_candidates, parse_candidates
 
-    try:
-        candidates = parse_candidates(args.candidates or ",".join(DEFAULT_CANDIDATES))
-    except ConfigurationError as err:
-        raise UserInputError(f"--candidates {args.candidates}: {err}") from None
+    candidates = parse_candidates(args.candidates or ",".join(DEFAULT_CANDIDATES))
     resp = load_responses(args.responses, args.items)
     _, report = compare_candidates(
         resp,

@@ -166,13 +166,9 @@ def run(args: argparse.Namespace) -> int:
                     f"{flag} {value}: --model auto compares NUTS fits with each model's own "
                     f"parameterization; drop {flag}"
                 )
-        from ..exceptions import ConfigurationError
         from ..irt.choice import DEFAULT_CANDIDATES, parse_candidates
 
-        try:
-            candidates = parse_candidates(args.candidates or ",".join(DEFAULT_CANDIDATES))
-        except ConfigurationError as err:
-            raise UserInputError(f"--candidates {args.candidates}: {err}") from None
+        candidates = parse_candidates(args.candidates or ",".join(DEFAULT_CANDIDATES))
     elif args.candidates is not None:
         raise UserInputError(
             f"--candidates applies only to --model auto (got --model {args.model}); drop it"

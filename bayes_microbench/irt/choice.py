@@ -16,6 +16,7 @@ import time
 import warnings
 from typing import Any
 
+from .._validate import param
 from ..exceptions import ConfigurationError, ConvergenceWarning
 from ..responses import Responses
 
@@ -54,14 +55,15 @@ def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
             n_dims = 0
         if n_dims < 1:
             raise ConfigurationError(
-                f"candidate {text!r}: the dimensions of 2pl-md must be a whole number >= 1 "
-                "(e.g. 2pl-md:2)"
+                f"{param('candidates')}: {text!r}: the dimensions of 2pl-md must be a whole "
+                "number >= 1 (e.g. 2pl-md:2)"
             )
         return name, {"n_dims": n_dims}
     if name in ("1pl", "2pl", "3pl") and not dims:
         return name, {}
     raise ConfigurationError(
-        f"candidate {text!r}: expected 1pl, 2pl, 3pl or 2pl-md:D (e.g. 2pl-md:2)"
+        f"{param('candidates')}: {text!r} is not a model; expected 1pl, 2pl, 3pl or "
+        "2pl-md:D (e.g. 2pl-md:2)"
     )
 
 
@@ -73,10 +75,10 @@ def parse_candidates(texts: Any) -> list[str]:
         parse_candidate(t)
     if len(items) < 2:
         raise ConfigurationError(
-            f"candidates: give at least two models to choose between, got {items!r}"
+            f"{param('candidates', ','.join(items))}: give at least two models to choose between"
         )
     if len(set(items)) != len(items):
-        raise ConfigurationError(f"candidates: {items!r} names a model twice")
+        raise ConfigurationError(f"{param('candidates', ','.join(items))}: names a model twice")
     return items
 
 
