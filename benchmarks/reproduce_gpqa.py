@@ -201,7 +201,12 @@ def main() -> int:
             )
         case_lines.append("")
     body = "\n".join(lines + case_lines)
-    write_section("reproduce_gpqa", "GPQA: the study's MDAD table reproduced", body)
+    write_section(
+        "reproduce_gpqa",
+        "GPQA: the study's MDAD table reproduced",
+        body,
+        headline=[0],
+    )
     print(body)
     return 0
 

@@ -617,6 +617,10 @@ def main() -> int:
         "reproduce_predictaboard",
         "PredictaBoard BBH and MMLU-Pro: the selectors in the study's protocol",
         text,
+        headline=[
+            {"table": 1, "columns": ["n", "bayes-fisher no worse?", "bayes-ranking no worse?"]},
+            {"table": 6, "columns": ["n", "bayes-fisher no worse?", "bayes-ranking no worse?"]},
+        ],
     )
     print(text)
     (out_root / "summary.json").write_text(
