@@ -14,8 +14,8 @@ calibration, as ``fit`` does by default). Each held-out llm is then replayed:
   stopped runs, items used;
 * the cost of one choice among 12000 items (a simulated posterior).
 
-Per-run figures go to ``benchmarks/results/adaptive.json``; the section of
-``benchmarks/README.md`` is rewritten from them.
+Per-run figures go to ``benchmarks/results/adaptive.json``, and its report block
+(the index ``benchmarks/README.md`` is rendered from it) is rewritten from them.
 """
 
 from __future__ import annotations
