@@ -211,7 +211,7 @@ def write_section(
     or None where they do not record it); otherwise the figures are this run's.
     ``headline``: which of the body's tables the index shows: a table's index,
     or ``{"table": i, "columns": [...], "where": {column: [values]}}`` to show
-    some of its columns or rows (default: the first table). Returns the path of
+    some of its columns or rows (default: the first table, if any). Returns the path of
     the index (``benchmarks/README.md``). Why: each figure saved once, in JSON,
     and the report generated from it.
     """
@@ -223,6 +223,7 @@ def write_section(
         else None
     )
     now = {"date": stamp, "commit": commit()}
+    tables = parse_tables(body)
     if run is None:
         when = {**now, "machine": machine()}
         rendered = None
@@ -236,9 +237,9 @@ def write_section(
         **when,
         "rendered": rendered,
         "load": list(os.getloadavg()),
-        "headline": list(headline) if headline is not None else [0],
+        "headline": list(headline) if headline is not None else [0][: len(tables)],
         "body": body.strip(),
-        "tables": parse_tables(body),
+        "tables": tables,
     }
     update_results(results_path(name), report=report)
     return write_index()
@@ -466,8 +467,62 @@ def rows_note(saved: Sequence[dict]) -> str:
     )
 
 
+#: A section of the report as scripts wrote it before 0028, and its ``_Run ..._`` line.
+_OLD_SECTION = re.compile(r"<!-- BEGIN (\w+) -->\n## (.*?)\n\n(.*?)\n<!-- END \1 -->", re.S)
+_OLD_HEAD = re.compile(
+    r"^_Run (?P<date>.+? UTC) on (?P<machine>.+?), commit (?P<commit>\w+), by "
+    r"`benchmarks/(?P<name>\w+)\.py`(?:; section rewritten from the saved runs "
+    r"(?P<rdate>.+? UTC), commit (?P<rcommit>\w+))?\._$"
+)
+
+
+def transcribe_sections(text: str, at: str, *, replace: bool = False) -> list[str]:
+    """Record the old-style sections of a report ``text`` (as of commit ``at``) in results files.
+
+    Each ``<!-- BEGIN name -->`` section becomes the ``"report"`` block of its
+    script's results file: date, commit and machine from its ``_Run ..._`` line,
+    the rest of the section verbatim as ``body``, ``command`` None and
+    ``"source": "transcribed from benchmarks/README.md at <at>"``. A file that
+    already has a report is left alone unless ``replace``. Returns the names
+    recorded. Why: a branch that still writes sections merges without a rerun.
+    """
+    done = []
+    for m in _OLD_SECTION.finditer(text):
+        name, title, rest = m.groups()
+        head, _, body = rest.partition("\n\n")
+        h = _OLD_HEAD.match(head)
+        if h is None or h["name"] != name:
+            raise ValueError(f"section {name}: its first line is not a `_Run ..._` line: {head!r}")
+        path = results_path(name)
+        if "report" in load_results(path) and not replace:
+            continue
+        where, tables = h["machine"], parse_tables(body)
+        report = {
+            "title": title,
+            "script": f"benchmarks/{name}.py",
+            "command": None,
+            "date": h["date"],
+            "commit": h["commit"],
+            "machine": None if where == "a machine its saved rows do not record" else where,
+            "rendered": {"date": h["rdate"], "commit": h["rcommit"]} if h["rdate"] else None,
+            "load": None,
+            "source": f"transcribed from benchmarks/README.md at {at}",
+            "headline": [0][: len(tables)],
+            "body": body.strip(),
+            "tables": tables,
+        }
+        update_results(path, report=report)
+        done.append(name)
+    return done
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``--index``: write ``benchmarks/README.md`` from ``results/*.json``; ``--check``: is it current?"""
+    """``--index``: write ``benchmarks/README.md`` from ``results/*.json``; ``--check``: is it current?
+
+    ``--transcribe REF``: first record the old-style sections of ``benchmarks/README.md``
+    at git ``REF`` whose script has no report yet (:func:`transcribe_sections`), then
+    write the index. Returns the exit status (2: a results file or REF is unusable).
+    """
     ap = argparse.ArgumentParser(
         description="Render benchmarks/README.md from benchmarks/results/*.json."
     )
@@ -476,7 +531,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     group.add_argument(
         "--check", action="store_true", help="exit 1 if benchmarks/README.md is stale"
     )
+    group.add_argument("--transcribe", metavar="REF", help="record REF's old-style sections first")
     args = ap.parse_args(argv)
+    if args.transcribe:
+        out = subprocess.run(
+            ["git", "show", f"{args.transcribe}:benchmarks/README.md"],
+            capture_output=True,
+            text=True,
+            cwd=HERE,
+        )
+        if out.returncode != 0:
+            print(
+                f"benchmarks/_report.py: --transcribe {args.transcribe}: {out.stderr.strip()}",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            names = transcribe_sections(out.stdout, args.transcribe)
+        except ValueError as err:
+            print(f"benchmarks/_report.py: {err}", file=sys.stderr)
+            return 2
+        print(f"transcribed: {', '.join(names) or 'none'}")
     try:
         text = render_index()
     except (ValueError, json.JSONDecodeError) as err:

@@ -135,3 +135,82 @@ def test_a_stale_index_or_a_bad_report_is_caught(report, tmp_path, monkeypatch, 
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"other\.json: no \"report\" block"):
         report.render_index()
+
+
+def test_run_rows_merges_its_rows_beside_the_report(report, tmp_path, monkeypatch):
+    """A study's one-row-per-process runner keeps the report block its file already has."""
+    results, index = tmp_path / "results", tmp_path / "README.md"
+    monkeypatch.setattr(report, "RESULTS", results)
+    monkeypatch.setattr(report, "REPORT", index)
+    report.write_section("study_toy", "Toy", BODY)
+    script = tmp_path / "study_toy.py"
+    script.write_text(
+        "import json, sys\n"
+        "assert sys.argv[1] == '--one'\n"
+        "print('ROW ' + json.dumps({'k': sys.argv[2], 'v': 2 * int(sys.argv[2])}))\n"
+    )
+    path = report.results_path("study_toy")
+    saved = report.run_rows(str(script), [["1"], ["2"], ["1"]], lambda r: (r["k"],), path)
+    assert saved is not None and [(r["k"], r["v"]) for r in saved] == [("2", 4), ("1", 2)]
+    data = json.loads(path.read_text())
+    assert data["rows"] == saved and data["report"]["title"] == "Toy"
+    assert {"load", "date", "commit", "machine"} <= set(saved[0])
+
+
+OLD_REPORT = """# Benchmark report
+
+Header paragraph.
+
+<!-- BEGIN bench_toy -->
+## Toy speed
+
+_Run 2026-01-02 03:04 UTC on 2 cores (AMD EPYC), 24 GiB, Python 3.12.1, commit abc1234, by `benchmarks/bench_toy.py`._
+
+| a | b |
+|---|---|
+| 1 | 2 |
+<!-- END bench_toy -->
+
+<!-- BEGIN study_other -->
+## Toy study
+
+_Run 2026-01-01 00:00 UTC on a machine its saved rows do not record, commit def5678, by `benchmarks/study_other.py`; section rewritten from the saved runs 2026-01-03 00:00 UTC, commit 9999999._
+
+Reading: one line.
+<!-- END study_other -->
+"""
+
+
+def test_old_sections_are_transcribed_once(report, tmp_path, monkeypatch):
+    """A branch whose scripts still wrote Markdown sections merges by transcription."""
+    results, index = tmp_path / "results", tmp_path / "README.md"
+    monkeypatch.setattr(report, "RESULTS", results)
+    monkeypatch.setattr(report, "REPORT", index)
+    assert report.transcribe_sections(OLD_REPORT, "0123abc") == ["bench_toy", "study_other"]
+    toy = json.loads((results / "toy.json").read_text())["report"]
+    assert (toy["date"], toy["commit"], toy["machine"], toy["command"]) == (
+        "2026-01-02 03:04 UTC",
+        "abc1234",
+        "2 cores (AMD EPYC), 24 GiB, Python 3.12.1",
+        None,
+    )
+    assert toy["source"] == "transcribed from benchmarks/README.md at 0123abc"
+    assert toy["body"] == "| a | b |\n|---|---|\n| 1 | 2 |" and toy["tables"][0]["rows"] == [
+        ["1", "2"]
+    ]
+    assert report.transcribe_sections(OLD_REPORT, "later") == [], "a recorded report is kept"
+    assert json.loads((results / "toy.json").read_text())["report"] == toy
+    assert report.transcribe_sections(OLD_REPORT, "later", replace=True) == [
+        "bench_toy",
+        "study_other",
+    ]
+    study = json.loads((results / "other.json").read_text())["report"]
+    assert (study["machine"], study["rendered"]) == (
+        None,
+        {"date": "2026-01-03 00:00 UTC", "commit": "9999999"},
+    )
+    assert "## Toy study" in report.render_index()
+    with pytest.raises(ValueError, match="section bench_bad: its first line"):
+        report.transcribe_sections(
+            "<!-- BEGIN bench_bad -->\n## T\n\nno run line\n\nx\n<!-- END bench_bad -->", "x"
+        )
