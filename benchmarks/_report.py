@@ -157,7 +157,9 @@ def parse_tables(body: str) -> list[dict[str, Any]]:
     can load, and the index's headline tables picked from them.
     """
     tables: list[dict[str, Any]] = []
-    title, para, block, ended = "", [], [], False
+    title, ended = "", False
+    para: list[str] = []
+    block: list[str] = []
     lines = [*body.splitlines(), ""]
     for line in lines:
         s = line.strip()
@@ -224,6 +226,7 @@ def write_section(
     )
     now = {"date": stamp, "commit": commit()}
     tables = parse_tables(body)
+    when: dict[str, str | None]
     if run is None:
         when = {**now, "machine": machine()}
         rendered = None
@@ -319,8 +322,9 @@ def render_index(results: Path | None = None) -> str:
     """
     entries = []
     for path in sorted((results or RESULTS).glob("*.json")):
-        rep = load_results(path).get("report")
-        check_report(rep, f"benchmarks/results/{path.name}")
+        found = load_results(path).get("report")
+        check_report(found, f"benchmarks/results/{path.name}")
+        rep: dict[str, Any] = found or {}
         entries.append((rep["script"], path.name, rep))
     entries.sort()
     out = [HEADER.rstrip(), ""]
