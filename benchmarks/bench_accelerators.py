@@ -22,8 +22,8 @@ Usage (timings only under the machine's CPU lock: it is shared)::
     flock /tmp/cpu.lock .venv/bin/python benchmarks/bench_accelerators.py --calls 40
     .venv/bin/python benchmarks/bench_accelerators.py --report-only   # section from results
 
-Rows go to ``benchmarks/results/accelerators.json`` (per-call figures to
-``accelerators_calls.json``); the section of ``benchmarks/README.md`` shows per set of
+Rows go to ``benchmarks/results/accelerators.json`` (per-call figures under its
+``calls`` key); the section of ``benchmarks/README.md`` shows per set of
 active accelerators the median times and their ratio to ``ffi+workers`` (the default).
 """
 
@@ -43,7 +43,14 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _report import MATRICES, check_names, last_run, run_rows, write_section  # noqa: E402
+from _report import (  # noqa: E402
+    MATRICES,
+    check_names,
+    last_run,
+    run_rows,
+    update_results,
+    write_section,
+)
 
 RESULTS = HERE / "results" / "accelerators.json"
 #: variant -> the value of BAYES_MICROBENCH_ACCELERATE it runs with.
@@ -129,9 +136,6 @@ def one(variant: str, repeat: int) -> dict:
         "status": _accelerators.status(),
         "lean_logp_patch": variant == "lean_logp",
     }
-
-
-CALLS = HERE / "results" / "accelerators_calls.json"
 
 
 def per_call(rounds: int, calls: int) -> dict:
@@ -279,7 +283,7 @@ def main() -> int:
     if args.calls:
         res = per_call(args.calls, 100)
         res.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load=os.getloadavg()[0])
-        CALLS.write_text(json.dumps(res, indent=1) + "\n")
+        update_results(RESULTS, calls=res)
         print(calls_section(res))
         return 0
     names = [v for v in args.variants.split(",") if v]
@@ -297,8 +301,9 @@ def main() -> int:
             return 1
         rows = got
     body = section(rows)
-    if CALLS.exists():
-        body += "\n\n" + calls_section(json.loads(CALLS.read_text()))
+    calls = json.loads(RESULTS.read_text()).get("calls") if RESULTS.exists() else None
+    if calls:
+        body += "\n\n" + calls_section(calls)
     print(body)
     if not args.no_report:
         write_section(
@@ -306,6 +311,7 @@ def main() -> int:
             "NUTS accelerators side by side (GPQA 2PL)",
             body,
             run=last_run(rows) if args.report_only else None,
+            headline=[0],
         )
     return 0
 

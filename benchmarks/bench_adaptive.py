@@ -14,21 +14,20 @@ calibration, as ``fit`` does by default). Each held-out llm is then replayed:
   stopped runs, items used;
 * the cost of one choice among 12000 items (a simulated posterior).
 
-Per-run figures go to ``benchmarks/results/adaptive.json``; the section of
-``benchmarks/README.md`` is rewritten from them.
+Per-run figures go to ``benchmarks/results/adaptive.json``, and its report block
+(the index ``benchmarks/README.md`` is rendered from it) is rewritten from them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _report import SHARED_DATA, commit, machine, write_section
+from _report import SHARED_DATA, commit, load_results, machine, update_results, write_section
 
 RESULTS = Path(__file__).parent / "results" / "adaptive.json"
 RULES = ("goal", "fisher", "random")
@@ -233,9 +232,7 @@ def body(saved: dict[str, Any]) -> str:
             "",
             f"Cost of one choice among {cost['n_items']} items (simulated 2PL-like posterior, "
             "200 draws, 20 answers; median of 5, including the posterior summary), seconds: "
-            + ", ".join(
-                f"{k} {v:.3f}" for k, v in cost.items() if k not in ("n_items", "commit")
-            )
+            + ", ".join(f"{k} {v:.3f}" for k, v in cost.items() if k not in ("n_items", "commit"))
             + (f" (measured at commit {cost['commit']})" if "commit" in cost else "")
             + ".",
         ]
@@ -255,7 +252,7 @@ def main() -> None:
     args = ap.parse_args()
     from bayes_microbench.io import load_responses
 
-    saved: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    saved: dict[str, Any] = load_results(RESULTS)
     if not args.cost_only:
         path = SHARED_DATA / "open-llm-leaderboard-v2" / f"{args.benchmark}.csv"
         resp = load_responses(path)
@@ -285,10 +282,11 @@ def main() -> None:
         )
     saved["cost"] = {**choice_cost(), "commit": commit()}
     saved.update(commit=commit(), machine=machine())
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(saved, indent=2) + "\n")
+    update_results(RESULTS, **{k: v for k, v in saved.items() if k != "report"})
     if "splits" in saved:
-        write_section("bench_adaptive", "Adaptive micro-benchmarking (issue 21)", body(saved))
+        write_section(
+            "bench_adaptive", "Adaptive micro-benchmarking (issue 21)", body(saved), headline=[0]
+        )
     print(body(saved))
 
 

@@ -112,7 +112,7 @@ Resulting MDAD (points, 90% interval over draws and random subsets; N = 448 item
 |---|---|---|
 {rows}
 """
-    write_section("bench_design", "Bayesian MDAD: vectorized vs per-draw loop", body)
+    write_section("bench_design", "Bayesian MDAD: vectorized vs per-draw loop", body, headline=[0])
     print(body)
 
 

@@ -242,7 +242,7 @@ def main() -> int:
     ref = good[(len(good) - 1) // 2] if good else (refs[0] if refs else None)
     if not args.no_report:
         sys.path.insert(0, str(HERE))
-        from _report import commit, machine
+        from _report import commit, machine, update_results
 
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         runs = json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else []
@@ -259,8 +259,7 @@ def main() -> int:
                 "pyirt_reps": refs,
             }
         )
-        RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(json.dumps({"runs": runs}, indent=1, default=float) + "\n")
+        update_results(RESULTS, runs=runs)
         report(rows, ref, args, runs[:-1], refs)
     return 0
 
@@ -430,6 +429,7 @@ def report(
         "IRT sampling on GPQA: parameterizations, back ends, py-irt",
         "\n".join(lines),
         run=saved_run,
+        headline=[0],
     )
 
 

@@ -323,7 +323,7 @@ def report(results: dict[str, Any]) -> None:
     order = list(DATA)
     meth = ["advi", "pathfinder", "laplace", "map", "nuts"]
     rows = sorted(
-        [v for v in results.values() if isinstance(v, dict)],
+        [v for k, v in results.items() if isinstance(v, dict) and k != "report"],
         key=lambda r: (
             order.index(r["data"]) if r["data"] in order else 99,
             meth.index(r["method"]) if r["method"] in meth else 99,
@@ -375,7 +375,28 @@ def report(results: dict[str, Any]) -> None:
     body = "\n".join(lines)
     if isinstance(notes, str):
         body += "\n\n" + notes
-    write_section("bench_irt_scale", "IRT at scale: NUTS vs fast approximations", body)
+    write_section(
+        "bench_irt_scale",
+        "IRT at scale: NUTS vs fast approximations",
+        body,
+        headline=[
+            {
+                "table": 0,
+                "columns": [
+                    "data",
+                    "llms x items",
+                    "method",
+                    "wall s",
+                    "CPU s",
+                    "max R-hat",
+                    "min ESS",
+                    "2x(1000+1000) proj. s",
+                    "truth in 90% ability / difficulty",
+                    "load",
+                ],
+            }
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -555,7 +555,9 @@ def main() -> int:
             found.get("amortized"),
             found.get("analytic"),
         )
-        write_section("bench_protocol", "Evaluation protocol: speed and memory", body)
+        write_section(
+            "bench_protocol", "Evaluation protocol: speed and memory", body, headline=[0, 1]
+        )
         print(body, flush=True)
 
     if args.phase in ("all", "cell"):

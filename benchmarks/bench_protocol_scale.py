@@ -315,12 +315,17 @@ def main() -> int:
     print(body)
     if args.no_publish:
         return 0
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(res, indent=2) + "\n")
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _report import write_section
+    from _report import update_results, write_section
 
-    write_section("bench_protocol_scale", "Evaluation protocol at paper scale (420 x 12000)", body)
+    update_results(RESULTS, **res)
+
+    write_section(
+        "bench_protocol_scale",
+        "Evaluation protocol at paper scale (420 x 12000)",
+        body,
+        headline=[0, 2],
+    )
     return 0
 
 

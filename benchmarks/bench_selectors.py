@@ -214,7 +214,9 @@ def main() -> None:
         "and are not counted).",
     ]
     body = "\n".join(lines)
-    write_section("bench_selectors", "Selectors: time and estimation error on GPQA", body)
+    write_section(
+        "bench_selectors", "Selectors: time and estimation error on GPQA", body, headline=[1]
+    )
     print(body)
 
 

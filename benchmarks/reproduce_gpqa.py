@@ -3,7 +3,7 @@
 Runs ``evaluate`` (in-process, resumable) on ``../shared/data/open-llm-leaderboard-v2/gpqa.csv``
 with 50 runs, 50 random targets, 300 source llms, sizes 10/25/50/100/200 and every
 registered selector, then the same protocol with the fixed target groups
-``7b_instruct`` and ``8b_instruct``. Writes its section of benchmarks/README.md.
+``7b_instruct`` and ``8b_instruct``. Records the tables in ``results/reproduce_gpqa.json``.
 
 Usage::
 
@@ -201,7 +201,12 @@ def main() -> int:
             )
         case_lines.append("")
     body = "\n".join(lines + case_lines)
-    write_section("reproduce_gpqa", "GPQA: the study's MDAD table reproduced", body)
+    write_section(
+        "reproduce_gpqa",
+        "GPQA: the study's MDAD table reproduced",
+        body,
+        headline=[0],
+    )
     print(body)
     return 0
 

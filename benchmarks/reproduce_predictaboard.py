@@ -6,7 +6,7 @@ study's seven selectors (``random``, ``random-subtask-equal``,
 ``random-subtask-proportional``, ``stratified-confidence``, ``anchor-points``,
 ``tinybenchmarks``, ``diversity``), the two Bayesian ones (``bayes-fisher``,
 ``bayes-ranking``) and, as context outside the seven, ``tinybenchmarks-pirt``
-and ``tinybenchmarks-gpirt``; then writes its section of benchmarks/README.md:
+and ``tinybenchmarks-gpirt``; then records in ``results/reproduce_predictaboard.json``:
 MDAD per selector and size with the study's interval, the best selector per
 size, whether each Bayesian selector is no worse than the best of the seven,
 the estimation error per size, run time and the machine's load.
@@ -617,6 +617,10 @@ def main() -> int:
         "reproduce_predictaboard",
         "PredictaBoard BBH and MMLU-Pro: the selectors in the study's protocol",
         text,
+        headline=[
+            {"table": 1, "columns": ["n", "bayes-fisher no worse?", "bayes-ranking no worse?"]},
+            {"table": 6, "columns": ["n", "bayes-fisher no worse?", "bayes-ranking no worse?"]},
+        ],
     )
     print(text)
     (out_root / "summary.json").write_text(

@@ -184,6 +184,21 @@ def report(saved: list[dict]) -> None:
         "NUTS for the 3PL: centered or non-centered items",
         "\n\n".join(x for x in (setup, table(saved), READING) if x),
         run=last_run(saved),
+        headline=[
+            {
+                "table": 0,
+                "columns": [
+                    "design",
+                    "variant",
+                    "seed",
+                    "fit s",
+                    "max R-hat",
+                    "min bulk ESS",
+                    "divergences",
+                    "converged",
+                ],
+            }
+        ],
     )
 
 

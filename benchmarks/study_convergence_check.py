@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _report import MATRICES, commit, last_run, machine, write_section  # noqa: E402
+from _report import MATRICES, commit, last_run, machine, update_results, write_section  # noqa: E402
 
 RESULTS = HERE / "results" / "convergence_check.json"
 DERIVED = ("difficulty",)
@@ -115,6 +115,21 @@ def report(rows: list[dict]) -> None:
         "The default fit's convergence: draws extended, every parameter vs the sampled ones",
         "\n".join(lines),
         run=None if len(rows) == 1 and commit() == last[1] else last,
+        headline=[
+            {
+                "table": 0,
+                "columns": [
+                    "matrix",
+                    "model",
+                    "seed",
+                    "llms x items",
+                    "attempts",
+                    "fit s (all attempts)",
+                    "all: converged",
+                    "sampled: converged",
+                ],
+            }
+        ],
     )
 
 
@@ -135,7 +150,7 @@ def main() -> int:
                 saved = [r for r in saved if (r["benchmark"], r["model"], r["seed"]) != key]
                 saved.append(row)
                 saved.sort(key=lambda r: (r["benchmark"], r["model"], r["seed"]))
-                RESULTS.write_text(json.dumps({"rows": saved}, indent=1, default=float) + "\n")
+                update_results(RESULTS, rows=saved)
     if saved:
         report(saved)
     return 0

@@ -52,7 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _report import REPORT, commit, write_section
+from _report import commit, load_results, results_path, write_section
 
 from bayes_microbench import Responses, load_responses
 from bayes_microbench import design as D
@@ -159,17 +159,12 @@ def interval_widths(res) -> tuple[float, float]:
 
 
 TITLE = "GPQA: scoring calibration and Bayesian MDAD"
-_SECTION = re.compile(
-    r"<!-- BEGIN study_design_calibration -->\n## [^\n]*\n\n_Run [^\n]*_\n\n(.*?)\n"
-    r"<!-- END study_design_calibration -->",
-    re.S,
-)
 
 
 def current_body() -> str:
-    """The body of this script's report section as it stands (empty if none)."""
-    m = _SECTION.search(REPORT.read_text()) if REPORT.exists() else None
-    return m.group(1) if m else ""
+    """The body this script last recorded in ``results/design_calibration.json`` (empty if none)."""
+    report = load_results(results_path("study_design_calibration")).get("report") or {}
+    return str(report.get("body", ""))
 
 
 def merge_scoring(body: str, scoring: str, seed: int) -> str:
@@ -415,7 +410,23 @@ has a standard error of about 3 points, and the rows share the same llms. Calibr
     if args.scoring_only:  # this seed's subsection only; the rest of the section is kept
         body = pooled_summary(merge_scoring(current_body(), scoring, args.seed))
         body = re.sub(r"\n{3,}", "\n\n", body)  # merges leave no runs of blank lines
-        write_section("study_design_calibration", TITLE, body)
+        write_section(
+            "study_design_calibration",
+            TITLE,
+            body,
+            headline=[
+                {
+                    "table": 0,
+                    "columns": [
+                        "subset",
+                        "pooled recalibrated",
+                        "in 85-95%?",
+                        "pooled plain",
+                        "width / Wilson width",
+                    ],
+                }
+            ],
+        )
         print(scoring)
         return
 
@@ -487,7 +498,23 @@ Random: the Bayesian interval overlaps the study's CI at {sum(overlaps)} of {len
 """
     if args.protocol_dir is not None:
         body += protocol_section(Path(args.protocol_dir))
-    write_section("study_design_calibration", TITLE, body)
+    write_section(
+        "study_design_calibration",
+        TITLE,
+        body,
+        headline=[
+            {
+                "table": 0,
+                "columns": [
+                    "subset",
+                    "pooled recalibrated",
+                    "in 85-95%?",
+                    "pooled plain",
+                    "width / Wilson width",
+                ],
+            }
+        ],
+    )
     print(body)
 
 

@@ -193,7 +193,9 @@ def main() -> int:
     body = "\n".join(lines)
     print(body)
     if not args.no_report:
-        write_section("study_gpqa_items", "GPQA: items stronger llms answer worse", body)
+        write_section(
+            "study_gpqa_items", "GPQA: items stronger llms answer worse", body, headline=[0, 2]
+        )
     return 0
 
 

@@ -205,23 +205,32 @@ def main() -> int:
     settings = {k: getattr(args, k) for k in ("chains", "tune", "draws", "dims", "loo_draws")}
     if not args.no_report:
         sys.path.insert(0, str(HERE))
-        from _report import commit, machine, write_section
+        from _report import commit, machine, update_results, write_section
 
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(
-            json.dumps(
-                {"date": stamp, "commit": commit(), "machine": machine(), "settings": settings,
-                 "runs": runs},
-                indent=1,
-                default=float,
-            )
-            + "\n"
-        )  # fmt: skip
+        update_results(
+            RESULTS, date=stamp, commit=commit(), machine=machine(), settings=settings, runs=runs
+        )
         write_section(
             "study_gpqa_models",
             "GPQA: 1PL, 2PL, 3PL and multidimensional 2PL (NUTS, PPC, LOO)",
             report(runs, resp, settings),
+            headline=[
+                {
+                    "table": 0,
+                    "columns": [
+                        "model",
+                        "seed",
+                        "wall s",
+                        "max R-hat",
+                        "min bulk ESS",
+                        "divergences",
+                        "converged",
+                        "items with PPC p outside [0.05, 0.95]",
+                    ],
+                },
+                {"table": 1, "columns": ["model", "elpd_loo", "SE", "elpd_diff", "dse"]},
+            ],
         )
     return 0
 

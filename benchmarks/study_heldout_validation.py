@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _report import MATRICES, commit, last_run, machine, write_section  # noqa: E402
+from _report import MATRICES, commit, last_run, machine, update_results, write_section  # noqa: E402
 
 RESULTS = HERE / "results" / "heldout_validation.json"
 
@@ -136,6 +136,23 @@ def report(runs: list[dict]) -> None:
         "Held-out validation of the defaults (score intervals, MDAD, P(correct ranking))",
         "\n".join(lines),
         run=None if len(runs) == 1 and commit() == last[1] else last,
+        headline=[
+            {
+                "table": 0,
+                "columns": [
+                    "benchmark",
+                    "seed, commit",
+                    "fits converged",
+                    "design",
+                    "n",
+                    "coverage",
+                    "MDAD predicted [posterior band]",
+                    "realized",
+                    "inside",
+                ],
+                "where": {"n": ["50"], "design": ["random", "bayes-fisher"]},
+            }
+        ],
     )
 
 
@@ -163,7 +180,7 @@ def main() -> int:
                 saved = [r for r in saved if (r["benchmark"], r["seed"]) != (name, seed)]
                 saved.append(run)
                 saved.sort(key=lambda r: (r["benchmark"], r["seed"]))
-                RESULTS.write_text(json.dumps({"runs": saved}, indent=1) + "\n")
+                update_results(RESULTS, runs=saved)
     if saved:
         report(saved)
     return 0

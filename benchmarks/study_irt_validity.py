@@ -251,7 +251,25 @@ def report(results: dict[str, Any]) -> None:
         if notes:
             lines += ["", notes]
     write_section(
-        "study_irt_validity", "IRT validity: recovery and interval coverage", "\n".join(lines)
+        "study_irt_validity",
+        "IRT validity: recovery and interval coverage",
+        "\n".join(lines),
+        headline=[
+            0,
+            {
+                "table": 1,
+                "columns": [
+                    "method",
+                    "settings",
+                    "replicates",
+                    "ability coverage",
+                    "difficulty coverage",
+                    "median width ability",
+                    "median width difficulty",
+                    "run",
+                ],
+            },
+        ],
     )
 
 

@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _report import commit, last_run, machine, write_section  # noqa: E402
+from _report import commit, last_run, machine, update_results, write_section  # noqa: E402
 
 GPQA = HERE.parent.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
 RESULTS = HERE / "results" / "md_scoring.json"
@@ -151,7 +151,7 @@ def main() -> int:
         [r for r in saved if _key(r) != _key(out)] + [out],
         key=_key,
     )
-    RESULTS.write_text(json.dumps({"runs": runs}, indent=1, default=float) + "\n")
+    update_results(RESULTS, runs=runs)
     if not args.no_report:
         report(runs, resp)
     return 0
@@ -223,6 +223,23 @@ def report(runs: list[dict], resp) -> None:
         "GPQA: held-out scoring with the 2PL vs the multidimensional 2PL",
         "\n".join(lines),
         run=None if len(runs) == 1 and commit() == last[1] else last,
+        headline=[
+            {
+                "table": 1,
+                "columns": [
+                    "seed",
+                    "model",
+                    "items observed",
+                    "plain coverage",
+                    "calibrated coverage",
+                    "calibrated width",
+                    "Wilson coverage",
+                    "MAE calibrated",
+                    "MAE subset accuracy",
+                ],
+                "where": {"items observed": ["50"]},
+            }
+        ],
     )
 
 

@@ -125,7 +125,10 @@ def main() -> int:
     print(table(rows, args.replicates))
     if not args.no_report:
         write_section(
-            "study_rhat_noise", "R-hat noise floor: the worst R-hat of well-mixed chains", body
+            "study_rhat_noise",
+            "R-hat noise floor: the worst R-hat of well-mixed chains",
+            body,
+            headline=[0],
         )
     return 0
 

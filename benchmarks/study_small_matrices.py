@@ -156,6 +156,22 @@ def report(saved: list[dict]) -> None:
         "NUTS below 100 llms: real matrices",
         "\n\n".join([setup, table(saved), reading]),
         run=last_run(saved),
+        headline=[
+            {
+                "table": 0,
+                "columns": [
+                    "data",
+                    "llms x items",
+                    "variant",
+                    "fit s",
+                    "max R-hat",
+                    "min bulk ESS",
+                    "divergences",
+                    "converged",
+                    "load",
+                ],
+            }
+        ],
     )
 
 

@@ -628,8 +628,9 @@ def _heldout_text(benchmark: str | None, results: Path = HELDOUT_RESULTS) -> str
         head,
         "The procedure that built this file (the default fit and its calibration), rerun "
         "with llms held out and scored by default `score` on subsets of each design and size "
-        "(`benchmarks/study_heldout_validation.py`; the report has the MDAD and ranking "
-        "checks of the same runs). Coverage of the 90% interval of the full-benchmark "
+        "(`benchmarks/study_heldout_validation.py`; `benchmarks/results/heldout_validation.json` "
+        "has the MDAD and ranking checks of the same runs). Coverage of the 90% interval of "
+        "the full-benchmark "
         "accuracy (target 0.85-0.95) and mean width in points:",
         "",
         "| seed | held out | design | n | coverage | width |",
