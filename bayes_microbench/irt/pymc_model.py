@@ -25,15 +25,6 @@ from .data import IRTData
 
 PARAMETERIZATIONS = ("decoupled", "decoupled-nc", "slope-intercept", "non-centered", "textbook")
 
-#: NUTS samples centered item parameters ("decoupled") from this many llms on
-#: (but see ``WEAK_SLOPE_SD``).
-CENTERED_MIN_LLMS = 100
-
-#: A fixed-floor lognormal 3PL whose median item :func:`slope_sd` exceeds this is
-#: sampled non-centered ("decoupled-nc") at any size (``IRTModel.weak_slopes``).
-#: Measured on the simulator's GPQA preset, shifted (docs/decisions/0014).
-WEAK_SLOPE_SD = 0.24
-
 #: Prior sd of the radius of ``u`` around sqrt(n-1): close to each u's posterior sd.
 RADIUS_SD = 0.3
 
