@@ -7,9 +7,11 @@ ability block, non-centered items: NUTS below 100 llms for the lognormal 2PL/3PL
 a weakly informed fixed-floor 3PL), ``"non-centered"`` (the approximations; NUTS
 otherwise), ``"slope-intercept"`` and ``"textbook"`` (kept for the sampling benchmark).
 Discrimination priors: lognormal (default) or truncated normal, both sampled as
-``log(discrimination * s)``. Saved scale: ``logit P = a (theta - b)``.
+``log(discrimination * s)``. Saved scale: ``logit P = a (theta - b)``. The graph is a
+combination of blocks (ability, discrimination, intercept, guessing, likelihood), each
+item block with its parameterization's ``centered`` flag (``config.PARAMETERIZATIONS_1D``).
 
-Why: docs/decisions/0013-decoupled-parameterization-for-nuts.md (the decoupled form,
+Why: docs/decisions/0025-irt-graph-blocks-and-one-policy.md (the blocks), docs/decisions/0013-decoupled-parameterization-for-nuts.md (the decoupled form,
 the priors' scaled hyperparameters, what was tried and dropped) and
 docs/decisions/0014-decoupled-nc-below-100-llms-and-weak-3pl.md (small matrices, the 3PL).
 """
