@@ -308,8 +308,6 @@ class IRTModel:
             optimizer_iterations=optimizer_iterations,
         )
         seed = int(seed_or_fresh(random_seed, "IRTModel.fit"))
-        if method in ("map", "laplace", "pathfinder"):
-            float32 = False  # optimizers need double precision
         # the settings merged over the defaults once; every _fit_* method reads them here
         sampler = SamplerConfig(
             method=method,  # type: ignore[arg-type]
@@ -321,6 +319,8 @@ class IRTModel:
             random_seed=seed,
             float32=float32,
         ).validate()
+        if method in ("map", "laplace", "pathfinder"):
+            float32 = False  # optimizers need double precision (the record keeps the request)
         from .policy import choose
 
         policy = choose(
