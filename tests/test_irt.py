@@ -281,7 +281,7 @@ def test_slope_sd_shrinks_with_llms_and_grows_near_the_floor():
 
 
 def test_auto_samples_weakly_informed_3pl_items_non_centered():
-    from bayes_microbench.irt.pymc_model import WEAK_SLOPE_SD
+    from bayes_microbench.irt.policy import WEAK_SLOPE_SD
 
     # the simulator's GPQA preset: accuracy 0.3 over a 0.25 floor
     hard = simulate_responses("gpqa", random_seed=0)

@@ -122,21 +122,48 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+#: The ``fit`` command's flag for each library parameter whose flag is not ``--name``.
+FLAGS = {"n_dims": "--dims", "random_seed": "--seed", "progressbar": "--progress"}
+
+
+def flag(name: str) -> str:
+    """The ``fit`` command's flag for the library parameter ``name`` (``draws`` -> ``--draws``)."""
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def spell_flag(name: str, value: object) -> str:
+    """A setting as the ``fit`` command takes it: ``--discrimination-prior truncated-normal``."""
+    return f"{flag(name)} {value}"
+
+
+def as_flags(err: Exception) -> str:
+    """``err``'s message with the parameters it names (``SettingError.parameters``) as flags.
+
+    Why: the library names its parameters (``draws must be ...``); the command prints
+    the flag its user typed (``--draws must be ...``).
+    """
+    import re
+
+    message = str(err)
+    for name in getattr(err, "parameters", ()):
+        message = re.sub(rf"(?<![\w'-]){re.escape(name)}(?![\w'-])", flag(name), message)
+    return message
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..exceptions import ConvergenceWarning, UserInputError
+    from ..exceptions import ConfigurationError, ConvergenceWarning, UserInputError
     from ..io import load_responses
     from ..irt import IRTModel
-    from ..irt.config import check_parameterization
-    from ..irt.model import SMALL_MATRIX_HINT, fit_extending_draws
+    from ..irt.config import IRTConfig, check_fit_settings
+    from ..irt.model import fit_extending_draws
+    from ..irt.policy import remedy_text
 
     out = Path(args.output)
     if out.suffix.lower() not in (".nc", ".netcdf", ".h5"):
         raise UserInputError(f"--output {out}: the posterior is NetCDF; use a .nc file name")
     check_output_file(args.output, suggest="posterior.nc")  # before minutes of sampling
-    if args.thin < 1:
-        raise UserInputError(f"--thin must be at least 1, got {args.thin}")
     config: dict[str, object] = {}
     if args.n_options is not None:
         config["n_options"] = args.n_options
@@ -148,23 +175,20 @@ def run(args: argparse.Namespace) -> int:
             )
         config["discrimination_prior"] = args.discrimination_prior
     if args.model == "2pl-md":
-        dims = 2 if args.dims is None else args.dims
-        if dims < 1:
-            raise UserInputError(f"--dims must be a whole number >= 1, got {dims}")
-        config["n_dims"] = dims
+        config["n_dims"] = 2 if args.dims is None else args.dims
     elif args.dims is not None:
         raise UserInputError(
             f"--dims applies only to --model 2pl-md (got --model {args.model}); drop --dims"
         )
     if args.model == "auto":
-        for flag, value, default in (
+        for name, value, default in (
             ("--method", args.method, "nuts"),
             ("--parameterization", args.parameterization, "auto"),
         ):
             if value != default:
                 raise UserInputError(
-                    f"{flag} {value}: --model auto compares NUTS fits with each model's own "
-                    f"parameterization; drop {flag}"
+                    f"{name} {value}: --model auto compares NUTS fits with each model's own "
+                    f"parameterization; drop {name}"
                 )
         from ..irt.choice import DEFAULT_CANDIDATES, parse_candidates
 
@@ -173,8 +197,21 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError(
             f"--candidates applies only to --model auto (got --model {args.model}); drop it"
         )
-    else:
-        check_parameterization(args.model, args.discrimination_prior, args.parameterization)
+    try:  # every setting, before any data is read; the library's names as flags
+        if args.model != "auto":  # auto: each candidate's configuration is its own
+            IRTConfig.from_dict({**config, "model": args.model})
+        check_fit_settings(
+            model="2pl" if args.model == "auto" else args.model,
+            discrimination_prior=args.discrimination_prior,
+            method=args.method,
+            backend=args.backend,
+            chains=args.chains,
+            draws=args.draws,
+            tune=args.tune,
+            parameterization=args.parameterization,
+        )
+    except ConfigurationError as err:
+        raise UserInputError(as_flags(err)) from None
     resp = load_responses(args.responses, args.items)
     settings = {
         "chains": args.chains,
@@ -266,15 +303,7 @@ def run(args: argparse.Namespace) -> int:
             if written
             else f"not written; rerun with {remedy}, or pass --allow-unconverged"
         )
-        hint = (
-            model.convergence_hint(
-                "where many items do not discriminate (GPQA) --discrimination-prior "
-                "truncated-normal samples faster and converges more often",
-                SMALL_MATRIX_HINT.format(centered="--parameterization decoupled"),
-            )
-            if diag is not None
-            else ""
-        )
+        hint = remedy_text(model.policy(), spell_flag) if diag is not None else ""
         print(
             f"bayes-microbench: {'warning' if written else 'error'}: the {args.method} fit did "
             f"not converge ({'; '.join(problems)}); posterior {action}"

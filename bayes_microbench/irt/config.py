@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
@@ -25,6 +26,8 @@ MODELS: tuple[str, ...] = ("1pl", "2pl", "3pl", "2pl-md")
 METHODS: tuple[str, ...] = ("nuts", "advi", "pathfinder", "map", "laplace")
 BACKENDS: tuple[str, ...] = ("numpyro", "nutpie")
 DISCRIMINATION_PRIORS: tuple[str, ...] = ("truncated-normal", "lognormal")
+#: nutpie's mass-matrix adaptations (see ``IRTModel.fit``).
+ADAPTATIONS: tuple[str, ...] = ("auto", "draw_diag", "diag", "low_rank")
 
 #: Bump when the saved layout changes incompatibly; files with another major are refused.
 FORMAT_VERSION = 2
@@ -161,30 +164,168 @@ class SamplerConfig:
     float32: bool = True
 
     def validate(self) -> SamplerConfig:
-        if self.method not in METHODS:
-            raise ConfigurationError(f"method must be one of {list(METHODS)}, got {self.method!r}")
-        if self.backend not in BACKENDS:
-            raise ConfigurationError(
-                f"backend must be one of {list(BACKENDS)}, got {self.backend!r}"
-            )
-        for name, minimum in (("chains", 1), ("draws", 1), ("tune", 0)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ConfigurationError(
-                    f"{name} must be a whole number >= {minimum}, got {value!r}"
-                )
-        if not 0.5 <= float(self.target_accept) < 1.0:
-            raise ConfigurationError(
-                f"target_accept must lie in [0.5, 1), got {self.target_accept!r}"
-            )
+        """Return ``self`` when every setting is valid (:func:`check_fit_settings`)."""
+        check_fit_settings(
+            method=self.method,
+            backend=self.backend,
+            chains=self.chains,
+            draws=self.draws,
+            tune=self.tune,
+            target_accept=self.target_accept,
+        )
         return self
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Parameterization:
+    """How a graph samples its blocks: one type for the 1-D models and the ``2pl-md``.
+
+    Attributes
+    ----------
+    name
+        The name a fit takes (``parameterization=``) and records.
+    ability
+        ``"sphere"``: the decoupled ability block ``m + s * v`` with ``v`` on the sphere
+        (the 1PL, which has no slope scale, keeps ``m + u``); ``"location"``: ``m + u``
+        with a zero-sum ``u``; ``"plain"``: ``theta ~ Normal(0, 1)`` (the ``2pl-md``'s
+        flat vector included).
+    centered
+        Whether the item blocks (discrimination, intercept) are sampled centered.
+    intercept
+        The item location sampled by the centered non-decoupled forms: ``"intercept"``
+        (``eta = a theta + e``) or ``"difficulty"`` (``eta = a (theta - b)``).
+    benchmark_only
+        Kept for the sampling benchmark only.
+    """
+
+    name: str
+    ability: Literal["sphere", "location", "plain"]
+    centered: bool
+    intercept: Literal["intercept", "difficulty"] = "intercept"
+    benchmark_only: bool = False
+
+
+#: The 1-D models' parameterizations (docs/decisions/0013, 0014).
+PARAMETERIZATIONS_1D: dict[str, Parameterization] = {
+    p.name: p
+    for p in (
+        Parameterization("decoupled", "sphere", True),
+        Parameterization("decoupled-nc", "sphere", False),
+        Parameterization("slope-intercept", "plain", True, benchmark_only=True),
+        Parameterization("non-centered", "location", False),
+        Parameterization("textbook", "plain", True, "difficulty", benchmark_only=True),
+    )
+}
+#: The ``2pl-md``'s parameterizations (docs/decisions/0015).
+PARAMETERIZATIONS_MD: dict[str, Parameterization] = {
+    p.name: p
+    for p in (
+        Parameterization("centered", "plain", True),
+        Parameterization("non-centered", "plain", False),
+    )
+}
+
+
+def parameterizations(model: str) -> dict[str, Parameterization]:
+    """The parameterizations ``model`` is built in, by name."""
+    return PARAMETERIZATIONS_MD if model == "2pl-md" else PARAMETERIZATIONS_1D
+
+
+class SettingError(ConfigurationError):
+    """A bad fit setting; ``parameters`` names the settings the message names.
+
+    Why: the message names parameters (``draws``) as the library takes them; a command
+    that has flags for them rewrites those names (``--draws``) where it prints it.
+    """
+
+    def __init__(self, message: str, parameters: Sequence[str]) -> None:
+        super().__init__(message)
+        self.parameters = tuple(parameters)
+
+
+def _whole(name: str, value: Any, minimum: int) -> None:
+    """Refuse ``value`` unless it is a whole number (not a bool) of at least ``minimum``."""
+    integral = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if not integral or value < minimum:
+        raise SettingError(f"{name} must be a whole number >= {minimum}, got {value!r}", [name])
+
+
+def check_fit_settings(
+    *,
+    model: str | None = None,
+    discrimination_prior: str = "lognormal",
+    method: str | None = None,
+    backend: str | None = None,
+    chains: Any = None,
+    draws: Any = None,
+    tune: Any = None,
+    target_accept: Any = None,
+    parameterization: str | None = None,
+    adaptation: str | None = None,
+    optimizer_iterations: Any = None,
+) -> None:
+    """Refuse a bad fit setting in one line naming it; the one place fit settings are checked.
+
+    Each setting given (not None) is checked: ``method``, ``backend``, ``adaptation``
+    against their choices; ``chains``, ``draws`` (>= 1), ``tune`` (>= 0) and
+    ``optimizer_iterations`` (>= 1) whole numbers; ``target_accept`` in [0.5, 1);
+    ``parameterization`` (``"auto"`` or one of ``model``'s, and ``"decoupled-nc"`` only
+    for a lognormal 2PL/3PL; needs ``model``). ``SamplerConfig.validate``,
+    ``IRTModel.fit`` and the ``fit`` command call it (the command before reading data).
+
+    Raises
+    ------
+    SettingError
+        The first bad setting, its message naming the parameter (``draws``).
+    """
+    for name, value, choices in (
+        ("method", method, METHODS),
+        ("backend", backend, BACKENDS),
+        ("adaptation", adaptation, ADAPTATIONS),
+    ):
+        if value is not None and value not in choices:
+            raise SettingError(f"{name} must be one of {list(choices)}, got {value!r}", [name])
+    for name, value, minimum in (
+        ("chains", chains, 1),
+        ("draws", draws, 1),
+        ("tune", tune, 0),
+        ("optimizer_iterations", optimizer_iterations, 1),
+    ):
+        if value is not None:
+            _whole(name, value, minimum)
+    if target_accept is not None:
+        try:
+            ok = 0.5 <= float(target_accept) < 1.0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise SettingError(
+                f"target_accept must lie in [0.5, 1), got {target_accept!r}", ["target_accept"]
+            )
+    if parameterization is None or parameterization == "auto":
+        return
+    if model is None:
+        raise ValueError("check_fit_settings: a parameterization is checked against a model")
+    names = list(parameterizations(model))
+    if model == "2pl-md" and parameterization not in names:
+        raise SettingError(
+            f"model '2pl-md' takes parameterization 'auto' or one of {names}, "
+            f"got {parameterization!r}",
+            ["model", "parameterization"],
+        )
+    if parameterization not in names:
+        raise SettingError(
+            f"parameterization must be 'auto' or one of {names}, got {parameterization!r}",
+            ["parameterization"],
+        )
+    check_parameterization(model, discrimination_prior, parameterization)
+
+
 def check_parameterization(model: str, discrimination_prior: str, parameterization: str) -> None:
-    """Refuse a parameterization the model and prior do not have, before any data is read.
+    """Refuse ``"decoupled-nc"`` where the model and prior do not have it (one line).
 
     Why: the graph builder finds out only after the data are loaded and checked,
     and a command should refuse a bad combination of flags in one line, first.
@@ -192,7 +333,8 @@ def check_parameterization(model: str, discrimination_prior: str, parameterizati
     if parameterization == "decoupled-nc" and (
         model not in ("2pl", "3pl") or discrimination_prior == "truncated-normal"
     ):
-        raise ConfigurationError(
+        raise SettingError(
             "parameterization 'decoupled-nc' applies to the 2PL and 3PL with the "
-            "lognormal discrimination prior"
+            "lognormal discrimination prior",
+            ["parameterization"],
         )

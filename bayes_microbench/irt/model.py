@@ -21,10 +21,9 @@ import numpy as np
 import xarray as xr
 
 from .._defaults import seed_or_fresh
-from .._validate import check_positive_int
 from ..exceptions import ConfigurationError, ConvergenceWarning
 from ..responses import Responses
-from .config import BACKENDS, METHODS, IRTConfig, SamplerConfig
+from .config import ADAPTATIONS, IRTConfig, SamplerConfig, check_fit_settings
 from .data import IRTData
 from .diagnostics import (
     DRAWS_BUDGET,
@@ -35,20 +34,11 @@ from .diagnostics import (
     summarize,
     warn_if_unconverged,
 )
+from .policy import SMALL_MATRIX_HINT
 
 logger = logging.getLogger(__name__)
 
-#: What an unconverged ``"decoupled-nc"`` NUTS fit suggests (``{centered}``: how to
-#: ask for the centered items in the caller's interface).
-SMALL_MATRIX_HINT = (
-    "below 100 llms no parameterization has converged on every real matrix measured; "
-    "{centered} (centered items) mixed better on all five PredictaBoard matrices, "
-    "diverging on three with the lognormal prior and on none with the truncated normal "
-    "(benchmarks/README.md, 'NUTS below 100 llms')"
-)
-
-#: nutpie's mass-matrix adaptations (see ``IRTModel.fit``).
-ADAPTATIONS = ("auto", "draw_diag", "diag", "low_rank")
+__all__ = ["ADAPTATIONS", "SMALL_MATRIX_HINT", "IRTModel", "fit_extending_draws"]
 
 #: Laplace builds a dense Hessian; above this many unconstrained parameters use ADVI.
 LAPLACE_MAX_DIM = 6000
@@ -122,112 +112,75 @@ class IRTModel:
         """True for the multidimensional 2PL (``model="2pl-md"``)."""
         return self.config.model == "2pl-md"
 
+    def policy(self, method: str | None = None) -> Any:
+        """The sampling policy (:func:`~bayes_microbench.irt.policy.choose`) of a fit.
+
+        ``method`` None: this instance's fit (its method and parameterization) once
+        fitted, before that no method. Returns the
+        :class:`~bayes_microbench.irt.policy.Policy`.
+        """
+        from .policy import choose
+
+        if method is None:
+            method = self.sampler.method if self.sampler is not None else None
+            asked = self.parameterization or "auto"
+        else:
+            asked = "auto"
+        return choose(self.data, self.config, method, parameterization=asked, weak=self.weak_slopes)
+
     @property
     def floor_misfit(self) -> str:
         """Why a fixed-floor 3PL may fail here, in one clause ("" when it does not apply).
 
-        Applies where some item is answered correctly below its fixed guessing
-        floor beyond chance (``data.notes["items_far_below_floor"]``, Bonferroni
-        over the items): the model cannot fit such items. Names how many items are
-        below their floor at all (``data.notes["items_below_floor"]``, about 1%
-        of a well-fitting 3PL's items) and how many beyond chance. On GPQA 158 of
-        the 448 items are below, 118 beyond chance; without the 158 its 3PL mixed
-        better (R-hat 1.014 against 1.028, with the 2PL's item centring), though
-        still short of converging.
+        See :func:`~bayes_microbench.irt.policy.floor_misfit`.
         """
-        far = self.data.notes.get("items_far_below_floor", [])
-        if self.config.model != "3pl" or not far:
-            return ""
-        below = self.data.notes.get("items_below_floor", [])
-        return (
-            "items answered correctly less often than their fixed guessing floor allows: "
-            f"{len(below)} ({len(far)} beyond chance; items_below_floor and "
-            "items_far_below_floor in the log); a 3PL cannot fit them: use the 2PL"
-        )
+        from .policy import floor_misfit
+
+        return floor_misfit(self.data, self.config)
 
     def convergence_hint(self, truncated_normal: str, centered_items: str = "") -> str:
         """The remedy an unconverged NUTS fit names ("" when none is known).
 
-        :attr:`floor_misfit` where it applies, else ``truncated_normal`` (the
-        caller's phrasing of the truncated-normal prior) where
-        :attr:`truncated_normal_may_help`, else ``centered_items`` (the caller's
-        phrasing of ``parameterization="decoupled"``) after a ``"decoupled-nc"``
-        fit: on every real matrix of fewer than 100 llms measured the centered
-        items mixed better, though with divergences on some
-        (``benchmarks/study_small_matrices.py``).
+        ``truncated_normal`` and ``centered_items``: the caller's phrasing of the
+        truncated-normal prior and of ``parameterization="decoupled"``; which one
+        applies is :attr:`policy`'s ``remedy`` (:func:`~bayes_microbench.irt.policy.choose`).
         """
-        from .pymc_model import CENTERED_MIN_LLMS
-
-        if self.floor_misfit:
-            return self.floor_misfit
-        if self.truncated_normal_may_help:
-            return truncated_normal
-        small = self.data.n_llms < CENTERED_MIN_LLMS
-        return centered_items if self.parameterization == "decoupled-nc" and small else ""
+        policy = self.policy()
+        return {
+            "floor-misfit": policy.floor_misfit,
+            "truncated-normal": truncated_normal,
+            "centered-items": centered_items,
+        }.get(policy.remedy, "")
 
     def auto_parameterization(self, method: str) -> str:
         """The parameterization ``fit(method, parameterization="auto")`` samples in."""
-        from .pymc_model import CENTERED_MIN_LLMS
-
-        centered = method == "nuts" and self.data.n_llms >= CENTERED_MIN_LLMS
-        if self.is_multidim:
-            return "centered" if centered else "non-centered"
-        if centered and not self.weak_slopes:
-            return "decoupled"
-        if method == "nuts" and self.lognormal_discrimination:
-            return "decoupled-nc"
-        return "non-centered"
+        return str(self.policy(method).parameterization)
 
     @functools.cached_property
     def weak_slopes(self) -> bool:
         """Whether this 3PL's data pin its items' slopes down too loosely to center them.
 
-        True for a lognormal-prior 3PL with fixed floors that no item contradicts
-        beyond chance (no :attr:`floor_misfit`) whose median item slope is
-        weakly informed: its likelihood alone leaves ``log discrimination`` an
-        sd above ``WEAK_SLOPE_SD`` (:func:`~bayes_microbench.irt.pymc_model.slope_sd`). A
-        floor spends the information of every llm near it, so on a hard
-        benchmark the slopes rest on the few strong llms and the centered items
-        meet a funnel in the subtask sd. NUTS then samples the items
-        non-centered (``"decoupled-nc"``) at any number of llms. Measured on
-        simulated 3PL data (``benchmarks/study_3pl_parameterization.py``). On
-        GPQA's real matrix, whose 1/4 floor 118 items contradict beyond chance,
-        the centered form mixed better, so a floor misfit keeps it.
+        See :func:`~bayes_microbench.irt.policy.weak_slopes` (cached: a pass over the cells).
         """
-        from .pymc_model import WEAK_SLOPE_SD, slope_sd
+        from .policy import weak_slopes
 
-        if not (self.config.model == "3pl" and self.lognormal_discrimination):
-            return False
-        if self.floor_misfit or not (self.data.guessing_fixed > 0).any():
-            return False
-        return bool(np.median(slope_sd(self.data)) > WEAK_SLOPE_SD)
+        return weak_slopes(self.data, self.config)
 
     @property
     def lognormal_discrimination(self) -> bool:
         """A 2PL or 3PL with the lognormal discrimination prior (what ``"decoupled-nc"`` samples)."""
-        return self.config.model in ("2pl", "3pl") and (
-            self.config.discrimination_prior == "lognormal"
-        )
+        from .policy import lognormal_discrimination
+
+        return lognormal_discrimination(self.config)
 
     @property
     def truncated_normal_may_help(self) -> bool:
         """Whether the truncated-normal discrimination prior is the measured remedy here.
 
-        True for a lognormal-prior 2PL/3PL NUTS fit of 100 or more llms: on such
-        matrices with many non-discriminating items (GPQA) the truncated normal
-        sampled faster and with a higher worst-case ESS; below 100 llms it diverged.
-        Not for a 3PL with :attr:`weak_slopes`: there the truncated normal
-        (centered) mixed worse than the lognormal prior's non-centered items.
+        True for a lognormal-prior 2PL/3PL NUTS fit of 100 or more llms without
+        :attr:`weak_slopes` (see :func:`~bayes_microbench.irt.policy.choose`).
         """
-        from .pymc_model import CENTERED_MIN_LLMS
-
-        return (
-            self.lognormal_discrimination
-            and self.sampler is not None
-            and self.sampler.method == "nuts"
-            and self.data.n_llms >= CENTERED_MIN_LLMS
-            and not self.weak_slopes
-        )
+        return bool(self.policy().truncated_normal_may_help)
 
     def build_model(self, *, parameterization: str | None = None, float32: bool = True) -> Any:
         """Build (once) and return the :class:`pymc.Model`.
@@ -341,119 +294,139 @@ class IRTModel:
             raise ConfigurationError(
                 "this IRTModel is already fitted; create a new IRTModel to fit again"
             )
-        if method not in METHODS:
-            raise ConfigurationError(f"method must be one of {list(METHODS)}, got {method!r}")
-        if backend not in BACKENDS:
-            raise ConfigurationError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-        if adaptation not in ADAPTATIONS:
-            raise ConfigurationError(
-                f"adaptation must be one of {list(ADAPTATIONS)}, got {adaptation!r}"
-            )
-        seed = int(seed_or_fresh(random_seed, "IRTModel.fit"))
-        maxiter = check_positive_int(
-            OPTIMIZER_ITERATIONS.get(method, 1)
-            if optimizer_iterations is None
-            else optimizer_iterations,
-            "optimizer_iterations",
+        check_fit_settings(
+            model=self.config.model,
+            discrimination_prior=self.config.discrimination_prior,
+            method=method,
+            backend=backend,
+            chains=chains,
+            draws=draws,
+            tune=tune,
+            target_accept=target_accept,
+            parameterization=parameterization,
+            adaptation=adaptation,
+            optimizer_iterations=optimizer_iterations,
         )
+        seed = int(seed_or_fresh(random_seed, "IRTModel.fit"))
+        # the settings merged over the defaults once; every _fit_* method reads them here
         sampler = SamplerConfig(
             method=method,  # type: ignore[arg-type]
             backend=backend,  # type: ignore[arg-type]
-            chains=check_positive_int(chains, "chains"),
-            draws=check_positive_int(draws, "draws"),
-            tune=check_positive_int(tune, "tune", minimum=0),
+            chains=int(chains),
+            draws=int(draws),
+            tune=int(tune),
             target_accept=target_accept,
             random_seed=seed,
             float32=float32,
         ).validate()
+        if method in ("map", "laplace", "pathfinder"):
+            float32 = False  # optimizers need double precision (the record keeps the request)
+        from .policy import choose
+
+        policy = choose(
+            self.data,
+            self.config,
+            method,
+            parameterization=parameterization,
+            adaptation=adaptation,
+            weak=self.weak_slopes,
+        )
+        parameterization, adaptation = policy.parameterization, policy.adaptation
         if method == "nuts" and chains < 2:
             logger.warning("one chain: R-hat cannot detect non-convergence; use chains >= 2")
         if method == "nuts" and backend == "numpyro":
             _prepare_jax_devices(chains)
-        if method in ("map", "laplace", "pathfinder"):
-            float32 = False  # optimizers need double precision
-        if parameterization == "auto":
-            parameterization = self.auto_parameterization(method)
-        elif self.is_multidim:
-            from .multidim import PARAMETERIZATIONS
-
-            if parameterization not in PARAMETERIZATIONS:
-                raise ConfigurationError(
-                    f"model '2pl-md' takes parameterization 'auto' or one of "
-                    f"{list(PARAMETERIZATIONS)}, got {parameterization!r}"
-                )
-        else:
-            from .pymc_model import PARAMETERIZATIONS as ONE_D
-
-            if parameterization not in ONE_D:
-                raise ConfigurationError(
-                    f"parameterization must be 'auto' or one of {list(ONE_D)}, "
-                    f"got {parameterization!r}"
-                )
-        if adaptation == "auto":
-            adaptation = "draw_diag" if parameterization == "decoupled" else "diag"
+        maxiter = int(
+            OPTIMIZER_ITERATIONS.get(method, 1)
+            if optimizer_iterations is None
+            else optimizer_iterations
+        )
         import pytensor
 
         with pytensor.config.change_flags(floatX="float32" if float32 else "float64"):
             model = self.build_model(parameterization=parameterization, float32=float32)
             start = time.perf_counter()
-            sample_stats = None
             if method == "nuts":
-                raw, sample_stats = _run_nuts(
-                    model,
-                    sampler,
-                    seed,
-                    progressbar=progressbar,
-                    backend=backend,
-                    adaptation=adaptation,
-                )
+                raw, sample_stats = self._fit_nuts(model, sampler, progressbar, adaptation)
             elif method == "advi":
-                raw, self.fit_info = _run_advi(
-                    model, sampler, seed, progressbar=progressbar, iterations=advi_iterations
-                )
-            elif method == "map":
-                raw, self.fit_info = _run_map(model, seed, maxiter)
+                raw, sample_stats = self._fit_advi(model, sampler, progressbar, advi_iterations)
             else:
-                from .approx import laplace, pathfinder
-
-                if method == "laplace":
-                    raw, self.fit_info = laplace(
-                        model,
-                        draws=draws * chains,
-                        random_seed=seed,
-                        max_dim=LAPLACE_MAX_DIM,
-                        maxiter=maxiter,
-                    )
-                else:
-                    raw, self.fit_info = pathfinder(
-                        model, draws=draws * chains, random_seed=seed, maxiter=maxiter
-                    )
+                raw, sample_stats = self._fit_optimizer(model, sampler, maxiter)
         self.wall_seconds = time.perf_counter() - start
         self.parameterization = parameterization
         self.sampler = sampler
         self.idata = self._assemble(raw, sample_stats, parameterization)
         self.fit_info["random_seed"] = seed
         self.fit_info["random_seed_drawn"] = random_seed is None
-        if method != "nuts" and self.fit_info.get("converged") is False:
-            msg = (
-                f"the {method} fit did not converge: the optimizer stopped with "
-                f"{self.fit_info.get('optimizer_message', 'no message')!r}; the estimate may be "
-                "off: raise optimizer_iterations, or use method='nuts'"
-            )
-            if method != "advi":  # ADVI warns on its own (irt.approx.advi)
-                warnings.warn(msg, ConvergenceWarning, stacklevel=2)
         if method == "nuts":
-            self.diagnostics = summarize(self.posterior, self.idata["sample_stats"].to_dataset())
-            warn_if_unconverged(
-                self.diagnostics,
-                hint=self.convergence_hint(
-                    "where many items do not discriminate (GPQA), "
-                    "config={'discrimination_prior': 'truncated-normal'} samples faster",
-                    SMALL_MATRIX_HINT.format(centered="parameterization='decoupled'"),
-                ),
-            )
+            self._report_nuts()
+        elif method != "advi":  # ADVI warns on its own (irt.approx.advi)
+            self._report_optimizer(method)
         logger.info("%s fit of %s took %.1f s", method, self.config.model, self.wall_seconds)
         return self
+
+    def _fit_nuts(
+        self, model: Any, sampler: SamplerConfig, progressbar: bool, adaptation: str
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+        """NUTS draws and sample stats of ``model`` (:func:`_run_nuts`)."""
+        assert sampler.random_seed is not None
+        return _run_nuts(
+            model,
+            sampler,
+            sampler.random_seed,
+            progressbar=progressbar,
+            backend=sampler.backend,
+            adaptation=adaptation,
+        )
+
+    def _fit_advi(
+        self, model: Any, sampler: SamplerConfig, progressbar: bool, iterations: int
+    ) -> tuple[dict[str, np.ndarray], None]:
+        """Mean-field ADVI draws of ``model``; its optimizer's record in :attr:`fit_info`."""
+        assert sampler.random_seed is not None
+        raw, self.fit_info = _run_advi(
+            model, sampler, sampler.random_seed, progressbar=progressbar, iterations=iterations
+        )
+        return raw, None
+
+    def _fit_optimizer(
+        self, model: Any, sampler: SamplerConfig, maxiter: int
+    ) -> tuple[dict[str, np.ndarray], None]:
+        """MAP, Laplace or Pathfinder draws of ``model`` (L-BFGS-B up to ``maxiter`` steps)."""
+        seed, n_draws = sampler.random_seed, sampler.draws * sampler.chains
+        assert seed is not None
+        if sampler.method == "map":
+            raw, self.fit_info = _run_map(model, seed, maxiter)
+        elif sampler.method == "laplace":
+            from .approx import laplace
+
+            raw, self.fit_info = laplace(
+                model, draws=n_draws, random_seed=seed, max_dim=LAPLACE_MAX_DIM, maxiter=maxiter
+            )
+        else:
+            from .approx import pathfinder
+
+            raw, self.fit_info = pathfinder(model, draws=n_draws, random_seed=seed, maxiter=maxiter)
+        return raw, None
+
+    def _report_nuts(self) -> None:
+        """Attach the NUTS diagnostics; warn, naming the policy's remedy, when they fail."""
+        from .policy import remedy_text
+
+        assert self.idata is not None
+        self.diagnostics = summarize(self.posterior, self.idata["sample_stats"].to_dataset())
+        warn_if_unconverged(self.diagnostics, hint=remedy_text(self.policy()), stacklevel=4)
+
+    def _report_optimizer(self, method: str) -> None:
+        """Warn when the optimizer behind ``method`` stopped short (``converged`` False)."""
+        if self.fit_info.get("converged") is False:
+            warnings.warn(
+                f"the {method} fit did not converge: the optimizer stopped with "
+                f"{self.fit_info.get('optimizer_message', 'no message')!r}; the estimate may "
+                "be off: raise optimizer_iterations, or use method='nuts'",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
 
     # --------------------------------------------------------------- results
     @property

@@ -23,10 +23,10 @@ import numpy as np
 import xarray as xr
 
 from ..exceptions import ConfigurationError
-from .config import IRTConfig
+from .config import PARAMETERIZATIONS_MD, IRTConfig
 from .data import IRTData
 
-PARAMETERIZATIONS = ("centered", "non-centered")
+PARAMETERIZATIONS = tuple(PARAMETERIZATIONS_MD)
 
 #: Prior scale (half-normal) of the per-dimension sd of the loadings on dims 1..D-1.
 LOADING_SD_SCALE = 1.0
@@ -125,7 +125,13 @@ def _layout(n_items: int, n_dims: int, anchors: np.ndarray) -> tuple[np.ndarray,
 def build(
     data: IRTData, config: IRTConfig, *, parameterization: str = "centered", float32: bool = True
 ) -> Any:
-    """Return the :class:`pymc.Model` of the multidimensional 2PL."""
+    """Return the :class:`pymc.Model` of the multidimensional 2PL.
+
+    Built from blocks (docs/decisions/0025), each with the parameterization's
+    ``centered`` flag (:data:`~.config.PARAMETERIZATIONS_MD`): the abilities,
+    :func:`_intercept_block`, :func:`_loading_block` (dimension 0, lognormal),
+    :func:`_extra_loading_block` (dimensions 1..D-1) and the likelihood.
+    """
     import pymc as pm
     import pytensor
     import pytensor.tensor as pt
@@ -139,9 +145,7 @@ def build(
     check_dims(data, n_dims)
     dtype = "float32" if float32 else "float64"
     start = start_values(data, n_dims)
-    sub = data.subtask_codes
-    n_s = len(data.subtasks)
-    centered = parameterization == "centered"
+    centered = PARAMETERIZATIONS_MD[parameterization].centered
     coords = {
         "llm": data.llms,
         "item": data.items,
@@ -149,10 +153,6 @@ def build(
         "dim": np.arange(n_dims),
         "extra_dim": np.arange(1, n_dims),
     }
-
-    def arr(x: Any) -> np.ndarray:
-        return np.asarray(x, dtype=dtype)
-
     with pytensor.config.change_flags(floatX=dtype), pm.Model(coords=coords) as model:
         # sampled as one flat vector (llm-major): every free variable is 1-D, which the
         # mean-field ADVI start (per-variable initial sigmas) relies on
@@ -161,84 +161,128 @@ def build(
             0.0,
             1.0,
             shape=data.n_llms * n_dims,
-            initval=arr(start.ability.reshape(-1)),
+            initval=_arr(start.ability.reshape(-1), dtype),
         ).reshape((data.n_llms, n_dims))
-        # ----------------------------------------------------------- intercepts
-        e_init = start.intercept
-        sub_mean = np.array([e_init[sub == k].mean() for k in range(n_s)]) + 0.01
-        mu_d = pm.Normal(
-            "intercept_mean", 0.0, config.intercept_mean_sd, dims="subtask", initval=arr(sub_mean)
-        )
-        sd_d = pm.HalfNormal(
-            "intercept_sd", config.intercept_sd_scale, dims="subtask", initval=arr(np.ones(n_s))
-        )
-        if centered:
-            e = pm.Normal("intercept", mu_d[sub], sd_d[sub], dims="item", initval=arr(e_init))
-        else:
-            z_init = e_init - sub_mean[sub] + 0.01
-            z_d = pm.Normal("intercept_z", 0.0, 1.0, dims="item", initval=arr(z_init))
-            e = mu_d[sub] + sd_d[sub] * z_d
-        # --------------------------------------------------- dimension 0 loadings
-        la_init = np.log(start.loadings[:, 0])
-        la_mean = np.array([la_init[sub == k].mean() for k in range(n_s)]) + 0.01
-        mu_la = pm.Normal(
-            "log_disc_mean", 0.0, config.log_disc_mean_sd, dims="subtask", initval=arr(la_mean)
-        )
-        sd_la = pm.HalfNormal(
-            "log_disc_sd",
-            config.log_disc_sd_scale,
-            dims="subtask",
-            initval=arr(np.full(n_s, 0.3)),
-        )
-        if centered:
-            la = pm.Normal(
-                "log_discrimination", mu_la[sub], sd_la[sub], dims="item", initval=arr(la_init)
-            )
-        else:
-            z_la = pm.Normal(
-                "log_disc_z",
-                0.0,
-                1.0,
-                dims="item",
-                initval=arr((la_init - la_mean[sub]) / 0.3 + 0.01),
-            )
-            la = mu_la[sub] + sd_la[sub] * z_la
-        disc = pt.exp(la)[:, None]
-        # ----------------------------------------------- dimensions 1..D-1 loadings
+        e = _intercept_block(data, config, start, dtype, centered=centered)
+        disc = _loading_block(data, config, start, dtype, centered=centered)[:, None]
         if n_dims >= 2:
-            free, diag = _layout(data.n_items, n_dims, start.anchors)
-            extra_init = start.loadings[:, 1:]
-            sd_init = np.maximum(extra_init.std(axis=0), 0.1)
-            sd_l = pm.HalfNormal(
-                "loading_sd", LOADING_SD_SCALE, dims="extra_dim", initval=arr(sd_init)
-            )
-            f_init = extra_init[free[:, 0], free[:, 1]]
-            g_init = np.maximum(extra_init[diag[:, 0], diag[:, 1]], 0.05)
-            f_sd = sd_l[free[:, 1]]
-            g_sd = sd_l[diag[:, 1]]
-            if centered:
-                f = pm.Normal("loading_free", 0.0, f_sd, shape=len(free), initval=arr(f_init))
-                g = pm.HalfNormal("loading_diag", g_sd, shape=len(diag), initval=arr(g_init))
-            else:
-                f = f_sd * pm.Normal(
-                    "loading_free_z",
-                    0.0,
-                    1.0,
-                    shape=len(free),
-                    initval=arr(f_init / sd_init[free[:, 1]]),
-                )
-                g = g_sd * pm.HalfNormal(
-                    "loading_diag_z",
-                    1.0,
-                    shape=len(diag),
-                    initval=arr(g_init / sd_init[diag[:, 1]]),
-                )
-            extra = pt.zeros((data.n_items, n_dims - 1), dtype=dtype)
-            extra = pt.set_subtensor(extra[free[:, 0], free[:, 1]], f)
-            extra = pt.set_subtensor(extra[diag[:, 0], diag[:, 1]], g)
+            extra = _extra_loading_block(data, start, dtype, n_dims, centered=centered)
             disc = pt.concatenate([disc, extra], axis=1)
         pm.Potential("loglik", _loglik(data, ability, disc, e, dtype, n_dims))
     return model
+
+
+def _arr(x: Any, dtype: str) -> np.ndarray:
+    """``x`` as an array of the graph's ``dtype`` (a starting value)."""
+    return np.asarray(x, dtype=dtype)
+
+
+def _intercept_block(
+    data: IRTData, config: IRTConfig, start: Start, dtype: str, *, centered: bool
+) -> Any:
+    """Item intercepts with their subtask mean and sd, centered or not (model context)."""
+    import pymc as pm
+
+    sub, n_s = data.subtask_codes, len(data.subtasks)
+    e_init = start.intercept
+    sub_mean = np.array([e_init[sub == k].mean() for k in range(n_s)]) + 0.01
+    mu_d = pm.Normal(
+        "intercept_mean",
+        0.0,
+        config.intercept_mean_sd,
+        dims="subtask",
+        initval=_arr(sub_mean, dtype),
+    )
+    sd_d = pm.HalfNormal(
+        "intercept_sd",
+        config.intercept_sd_scale,
+        dims="subtask",
+        initval=_arr(np.ones(n_s), dtype),
+    )
+    if centered:
+        return pm.Normal(
+            "intercept", mu_d[sub], sd_d[sub], dims="item", initval=_arr(e_init, dtype)
+        )
+    z_init = e_init - sub_mean[sub] + 0.01
+    z_d = pm.Normal("intercept_z", 0.0, 1.0, dims="item", initval=_arr(z_init, dtype))
+    return mu_d[sub] + sd_d[sub] * z_d
+
+
+def _loading_block(
+    data: IRTData, config: IRTConfig, start: Start, dtype: str, *, centered: bool
+) -> Any:
+    """Dimension 0's loadings (lognormal, the 2PL's prior), centered or not (model context)."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    sub, n_s = data.subtask_codes, len(data.subtasks)
+    la_init = np.log(start.loadings[:, 0])
+    la_mean = np.array([la_init[sub == k].mean() for k in range(n_s)]) + 0.01
+    mu_la = pm.Normal(
+        "log_disc_mean",
+        0.0,
+        config.log_disc_mean_sd,
+        dims="subtask",
+        initval=_arr(la_mean, dtype),
+    )
+    sd_la = pm.HalfNormal(
+        "log_disc_sd",
+        config.log_disc_sd_scale,
+        dims="subtask",
+        initval=_arr(np.full(n_s, 0.3), dtype),
+    )
+    if centered:
+        la = pm.Normal(
+            "log_discrimination",
+            mu_la[sub],
+            sd_la[sub],
+            dims="item",
+            initval=_arr(la_init, dtype),
+        )
+    else:
+        z_init = (la_init - la_mean[sub]) / 0.3 + 0.01
+        z_la = pm.Normal("log_disc_z", 0.0, 1.0, dims="item", initval=_arr(z_init, dtype))
+        la = mu_la[sub] + sd_la[sub] * z_la
+    return pt.exp(la)
+
+
+def _extra_loading_block(
+    data: IRTData, start: Start, dtype: str, n_dims: int, *, centered: bool
+) -> Any:
+    """Loadings on dimensions 1..D-1 (item, D-1): anchored, per-dimension scale (model context)."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    free, diag = _layout(data.n_items, n_dims, start.anchors)
+    extra_init = start.loadings[:, 1:]
+    sd_init = np.maximum(extra_init.std(axis=0), 0.1)
+    sd_l = pm.HalfNormal(
+        "loading_sd", LOADING_SD_SCALE, dims="extra_dim", initval=_arr(sd_init, dtype)
+    )
+    f_init = extra_init[free[:, 0], free[:, 1]]
+    g_init = np.maximum(extra_init[diag[:, 0], diag[:, 1]], 0.05)
+    f_sd = sd_l[free[:, 1]]
+    g_sd = sd_l[diag[:, 1]]
+    if centered:
+        f = pm.Normal("loading_free", 0.0, f_sd, shape=len(free), initval=_arr(f_init, dtype))
+        g = pm.HalfNormal("loading_diag", g_sd, shape=len(diag), initval=_arr(g_init, dtype))
+    else:
+        f = f_sd * pm.Normal(
+            "loading_free_z",
+            0.0,
+            1.0,
+            shape=len(free),
+            initval=_arr(f_init / sd_init[free[:, 1]], dtype),
+        )
+        g = g_sd * pm.HalfNormal(
+            "loading_diag_z",
+            1.0,
+            shape=len(diag),
+            initval=_arr(g_init / sd_init[diag[:, 1]], dtype),
+        )
+    extra = pt.zeros((data.n_items, n_dims - 1), dtype=dtype)
+    extra = pt.set_subtensor(extra[free[:, 0], free[:, 1]], f)
+    return pt.set_subtensor(extra[diag[:, 0], diag[:, 1]], g)
 
 
 def _loglik(data: IRTData, ability: Any, disc: Any, e: Any, dtype: str, n_dims: int) -> Any:

@@ -7,32 +7,26 @@ ability block, non-centered items: NUTS below 100 llms for the lognormal 2PL/3PL
 a weakly informed fixed-floor 3PL), ``"non-centered"`` (the approximations; NUTS
 otherwise), ``"slope-intercept"`` and ``"textbook"`` (kept for the sampling benchmark).
 Discrimination priors: lognormal (default) or truncated normal, both sampled as
-``log(discrimination * s)``. Saved scale: ``logit P = a (theta - b)``.
+``log(discrimination * s)``. Saved scale: ``logit P = a (theta - b)``. The graph is a
+combination of blocks (ability, discrimination, intercept, guessing, likelihood), each
+item block with its parameterization's ``centered`` flag (``config.PARAMETERIZATIONS_1D``).
 
-Why: docs/decisions/0013-decoupled-parameterization-for-nuts.md (the decoupled form,
+Why: docs/decisions/0025-irt-graph-blocks-and-one-policy.md (the blocks), docs/decisions/0013-decoupled-parameterization-for-nuts.md (the decoupled form,
 the priors' scaled hyperparameters, what was tried and dropped) and
 docs/decisions/0014-decoupled-nc-below-100-llms-and-weak-3pl.md (small matrices, the 3PL).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .config import IRTConfig, check_parameterization
+from .config import PARAMETERIZATIONS_1D, IRTConfig, check_parameterization
 from .data import IRTData
 
-PARAMETERIZATIONS = ("decoupled", "decoupled-nc", "slope-intercept", "non-centered", "textbook")
-
-#: NUTS samples centered item parameters ("decoupled") from this many llms on
-#: (but see ``WEAK_SLOPE_SD``).
-CENTERED_MIN_LLMS = 100
-
-#: A fixed-floor lognormal 3PL whose median item :func:`slope_sd` exceeds this is
-#: sampled non-centered ("decoupled-nc") at any size (``IRTModel.weak_slopes``).
-#: Measured on the simulator's GPQA preset, shifted (docs/decisions/0014).
-WEAK_SLOPE_SD = 0.24
+PARAMETERIZATIONS = tuple(PARAMETERIZATIONS_1D)
 
 #: Prior sd of the radius of ``u`` around sqrt(n-1): close to each u's posterior sd.
 RADIUS_SD = 0.3
@@ -119,6 +113,54 @@ def slope_sd(data: IRTData) -> np.ndarray:
     return 1.0 / np.sqrt(np.maximum(info, 1e-12))
 
 
+@dataclass
+class _Context:
+    """What every block of one graph reads: the data, the configuration, casts and starts."""
+
+    data: IRTData
+    config: IRTConfig
+    dtype: str
+    init: dict[str, np.ndarray]
+    zl: np.ndarray  # standardized item logits (spread evenly where all are alike)
+    sub_init: np.ndarray  # subtask means of the item logits, nudged off 0
+
+    @property
+    def sub(self) -> np.ndarray:
+        return self.data.subtask_codes
+
+    @property
+    def n_s(self) -> int:
+        return len(self.data.subtasks)
+
+    def cast(self, x: Any) -> Any:
+        import pytensor.tensor as pt
+
+        return pt.as_tensor_variable(np.asarray(x, dtype=self.dtype))
+
+
+@dataclass
+class _Ability:
+    """The ability block's output: ``theta`` as the likelihood sees it, ``m`` and ``log s``."""
+
+    theta: Any
+    m: Any = None  # the collective location (decoupled blocks)
+    log_s: Any = None  # the collective log scale (the sphere block of a 2PL/3PL)
+
+
+@dataclass
+class _Discrimination:
+    """The discrimination block's output.
+
+    ``lik``: the slopes the likelihood sees (``discrimination * s`` on the sphere);
+    ``saved``: on the saved scale; ``typical``: each subtask's typical saved-scale
+    slope, which the non-centered intercepts are shifted by (None: their subtask mean).
+    """
+
+    lik: Any
+    saved: Any
+    typical: Any = None
+
+
 def build(
     data: IRTData,
     config: IRTConfig,
@@ -126,196 +168,240 @@ def build(
     parameterization: str = "decoupled",
     float32: bool = True,
 ) -> Any:
-    """Return the :class:`pymc.Model` for ``data`` under ``config``."""
+    """Return the :class:`pymc.Model` for ``data`` under ``config``.
+
+    The graph is a combination of blocks (docs/decisions/0025): :func:`_ability_block`,
+    :func:`_discrimination_block`, :func:`_intercept_block`, :func:`_guessing_block` and
+    :func:`_likelihood_block`; ``parameterization`` (a :class:`~.config.Parameterization`
+    of ``PARAMETERIZATIONS_1D``) says which ability block and whether the item blocks
+    are centered.
+    """
     import pymc as pm
     import pytensor
-    import pytensor.tensor as pt
 
     if parameterization not in PARAMETERIZATIONS:
         raise ValueError(f"parameterization must be one of {PARAMETERIZATIONS}")
+    if parameterization == "decoupled-nc":
+        check_parameterization(config.model, config.discrimination_prior, parameterization)
+    form = PARAMETERIZATIONS_1D[parameterization]
     dtype = "float32" if float32 else "float64"
-    n_l = data.n_llms
-    sub = data.subtask_codes
     init = initial_values(data)
-    n_s = len(data.subtasks)
     logit = init["logit_item"]
     # standardized item logits; spread evenly where every item starts alike (e.g. a
     # 3PL whose items all sit below their floors): a starting value of 0 for every
     # item would give an item-level sd an exactly-0 gradient, which nutpie refuses
     spread = logit.std()
     zl = (logit - logit.mean()) / spread if spread > 0 else np.linspace(-1.0, 1.0, len(logit))
-    zl_small = (0.05 * zl).astype(dtype)
+    sub = data.subtask_codes
     # subtask means of the item logits (nonzero starting gradients for nutpie)
     sub_init = np.array(
-        [init["logit_item"][sub == k].mean() + 0.01 for k in range(n_s)], dtype=np.float64
+        [logit[sub == k].mean() + 0.01 for k in range(len(data.subtasks))], dtype=np.float64
     )
+    ctx = _Context(data, config, dtype, init, zl, sub_init)
     two_pl = config.model in ("2pl", "3pl")
-    truncated = config.discrimination_prior == "truncated-normal"
     coords = {"llm": data.llms, "item": data.items, "subtask": data.subtasks}
-
     with pytensor.config.change_flags(floatX=dtype), pm.Model(coords=coords) as model:
-
-        def cast(x: np.ndarray) -> Any:
-            return pt.as_tensor_variable(np.asarray(x, dtype=dtype))
-
-        # ---------------------------------------------------------------- items
-        sd_d = pm.HalfNormal("intercept_sd", config.intercept_sd_scale, dims="subtask")
-        decoupled_1pl = parameterization == "decoupled" and not two_pl
-        if not decoupled_1pl and parameterization not in ("non-centered", "decoupled-nc"):
-            mu_d = pm.Normal("intercept_mean", 0.0, config.intercept_mean_sd, dims="subtask")
-        e_init = init["logit_item"].astype(dtype)
-
-        if parameterization == "decoupled-nc":
-            check_parameterization(config.model, config.discrimination_prior, parameterization)
-            # the decoupled ability block with non-centered items: the likelihood sees
-            # discrimination * s = exp(mu_lat + sd * z), so s meets only mu_lat's prior
-            m, theta_lik, log_s = _decoupled_ability(n_l, init["z"].astype(dtype), sphere=True)
-            mu_lat, sd_la = _scaled_log_disc_mean(config, n_s, dtype, log_s)
-            z_la = pm.Normal("log_disc_z", 0.0, 1.0, dims="item", initval=zl_small)
-            a_lik = pt.exp(mu_lat[sub] + sd_la[sub] * z_la)
-            e = _shifted_intercepts(
-                config, m, a_lik * pt.exp(-log_s), pt.exp(mu_lat - log_s), sd_d, sub,
-                sub_init.astype(dtype), zl.astype(dtype),
-            )  # fmt: skip
-        elif parameterization == "decoupled":
-            m, v, log_s = _decoupled_ability(n_l, init["z"].astype(dtype), sphere=two_pl)
-            if two_pl:
-                s = pt.exp(log_s)
-                if truncated:
-                    # a_lik = discrimination * s ~ TruncatedNormal(mean * s, sd * s, lower=0),
-                    # with the hyperparameters sampled on that scale too, so that s meets
-                    # only their priors, and as (kappa = mean / sd^2, log sd): mean and
-                    # sd lie on a ridge when many items sit near 0 (GPQA: correlation
-                    # -0.90 between mean and log sd; -0.25 between kappa and log sd)
-                    kappa_l = pm.Flat(
-                        "disc_kappa_scaled", dims="subtask", initval=np.full(n_s, 0.8, dtype=dtype)
-                    )
-                    log_sd_l = pm.Flat(
-                        "log_disc_sd_scaled",
-                        dims="subtask",
-                        initval=np.full(n_s, 0.01, dtype=dtype),
-                    )
-                    sd_l = pt.exp(log_sd_l)
-                    mu_l = kappa_l * sd_l**2
-                    pm.Potential(
-                        "disc_hyper_prior",
-                        (
-                            pm.logp(
-                                pm.Normal.dist(config.disc_mean_mean, config.disc_mean_sd),
-                                mu_l / s,
-                            )
-                            + pm.logp(pm.HalfNormal.dist(config.disc_sd_scale), sd_l / s)
-                            # Jacobian of (kappa_l, log sd_l) -> (mean, sd)
-                            + 3 * log_sd_l
-                            - 2 * log_s
-                        ).sum(),
-                    )
-                    lat = pm.Flat("log_disc_scaled", dims="item", initval=zl_small - 0.5)
-                    a_lik = _truncated_normal_discrimination(lat, mu_l, sd_l, sub)
-                else:
-                    mu_lat, sd_la = _scaled_log_disc_mean(config, n_s, dtype, log_s)
-                    lat = pm.Normal(
-                        "log_disc_scaled",
-                        mu_lat[sub],
-                        sd_la[sub],
-                        dims="item",
-                        initval=0.01 + zl_small,
-                    )
-                    a_lik = pt.exp(lat)
-                a_true = a_lik / s
-                centers = item_centers(data, init)
-                e_c = pm.Flat("e", dims="item", initval=(e_init + centers).astype(dtype))
-                e = e_c - a_lik * cast(centers)
-                pm.Potential(
-                    "intercept_prior",
-                    pm.logp(pm.Normal.dist(mu_d[sub], sd_d[sub]), e - a_true * m).sum(),
-                )
-            else:
-                a_lik = None
-                # intercept = e - m, so intercept_mean = mu_e - m carries the configured prior
-                mu_e = pm.Flat(
-                    "intercept_mean_shifted", dims="subtask", initval=sub_init.astype(dtype)
-                )
-                pm.Potential(
-                    "intercept_mean_prior",
-                    pm.logp(pm.Normal.dist(0.0, config.intercept_mean_sd), mu_e - m).sum(),
-                )
-                e = pm.Normal("e", mu_e[sub], sd_d[sub], dims="item", initval=e_init)
-            theta_lik = v
-        else:
-            if parameterization == "non-centered":
-                # location decoupled as in "decoupled": ability = m + u, u zero-sum
-                m, theta_lik, _ = _decoupled_ability(n_l, init["z"].astype(dtype), sphere=False)
-            else:
-                theta = pm.Normal("theta", 0.0, 1.0, dims="llm", initval=init["z"].astype(dtype))
-                theta_lik = theta
-            if two_pl and truncated:
-                mu_a = pm.Normal(
-                    "disc_mean", config.disc_mean_mean, config.disc_mean_sd, dims="subtask"
-                )
-                sd_a = pm.HalfNormal("disc_sd", config.disc_sd_scale, dims="subtask")
-                if parameterization == "non-centered":
-                    # the truncated normal's inverse CDF of a standard normal z
-                    z_a = pm.Normal("disc_z", 0.0, 1.0, dims="item", initval=zl_small)
-                    a_lik = _truncated_normal_quantile(pt, z_a, mu_a[sub], sd_a[sub])
-                else:
-                    # centered on the log scale with the truncated-normal density
-                    lat = pm.Flat("log_discrimination", dims="item", initval=zl_small - 0.5)
-                    a_lik = _truncated_normal_discrimination(lat, mu_a, sd_a, sub)
-            elif two_pl:
-                mu_la = pm.Normal("log_disc_mean", 0.0, config.log_disc_mean_sd, dims="subtask")
-                sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
-                if parameterization == "non-centered":
-                    z_la = pm.Normal("log_disc_z", 0.0, 1.0, dims="item", initval=zl_small)
-                    la = mu_la[sub] + sd_la[sub] * z_la
-                else:
-                    la = pm.Normal(
-                        "log_discrimination", mu_la[sub], sd_la[sub], dims="item", initval=zl_small
-                    )
-                a_lik = pt.exp(la)
-            else:
-                a_lik = None
-            if parameterization == "non-centered":
-                # intercept_mean + discrimination * m enters the likelihood; sample it
-                # shifted by the subtask's typical discrimination so m nearly drops out
-                # (to_saved_scale must use the same a_ref)
-                a_ref: Any = 1.0
-                if a_lik is not None and truncated:
-                    # the subtask's mean discrimination (any function of the items works)
-                    a_ref = pt.dot(cast(_subtask_average(sub, n_s)), a_lik)
-                elif a_lik is not None:
-                    a_ref = pt.exp(mu_la)
-                e = _shifted_intercepts(
-                    config, m, a_lik, a_ref, sd_d, sub, sub_init.astype(dtype), zl.astype(dtype)
-                )
-            elif parameterization == "slope-intercept":
-                e = pm.Normal("intercept", mu_d[sub], sd_d[sub], dims="item", initval=e_init)
-            else:  # textbook: hierarchical prior on the difficulty, eta = a * (theta - b)
-                b = pm.Normal("difficulty", mu_d[sub], sd_d[sub], dims="item", initval=-e_init)
-                e = -b * (a_lik if a_lik is not None else 1.0)
-
-        # ----------------------------------------------------------- guessing
-        guess = None
-        if config.model == "3pl":
-            fixed = data.guessing_fixed
-            learn = np.isnan(fixed)
-            if learn.any():
-                k = config.guessing_strength
-                c_learn = pm.Beta(
-                    "guessing_learned",
-                    alpha=config.guessing_mean * k,
-                    beta=(1 - config.guessing_mean) * k,
-                    shape=int(learn.sum()),
-                )
-                guess = pt.set_subtensor(
-                    cast(np.where(learn, 0.0, fixed))[np.nonzero(learn)[0]], c_learn
-                )
-            else:
-                guess = cast(fixed)
-
-        # --------------------------------------------------------- likelihood
-        pm.Potential("loglik", _loglik(data, theta_lik, a_lik, e, guess, cast))
+        ability = _ability_block(ctx, form.ability if two_pl else _one_pl(form.ability))
+        disc = _discrimination_block(ctx, ability, centered=form.centered) if two_pl else None
+        e = _intercept_block(ctx, ability, disc, centered=form.centered, form=form.intercept)
+        guess = _guessing_block(ctx)
+        _likelihood_block(ctx, ability.theta, None if disc is None else disc.lik, e, guess)
     return model
+
+
+def _one_pl(ability: str) -> str:
+    """The 1PL's ability block: it has no slope scale, so the sphere is the location block."""
+    return "location" if ability == "sphere" else ability
+
+
+def _ability_block(ctx: _Context, kind: str) -> _Ability:
+    """The abilities (inside a model context): ``"sphere"``, ``"location"`` or ``"plain"``.
+
+    ``"sphere"`` and ``"location"``: :func:`_decoupled_ability` with and without the
+    sphere; ``"plain"``: ``theta ~ Normal(0, 1)``.
+    """
+    import pymc as pm
+
+    z = ctx.init["z"].astype(ctx.dtype)
+    if kind == "plain":
+        return _Ability(pm.Normal("theta", 0.0, 1.0, dims="llm", initval=z))
+    m, v, log_s = _decoupled_ability(ctx.data.n_llms, z, sphere=kind == "sphere")
+    return _Ability(v, m, log_s)
+
+
+def _discrimination_block(ctx: _Context, ability: _Ability, *, centered: bool) -> _Discrimination:
+    """The 2PL/3PL slopes and their subtask hyperparameters, centered or not.
+
+    On the sphere (``ability.log_s`` set) they are sampled on the ``discrimination * s``
+    scale, so that ``s`` meets only the hyperparameters' priors (:func:`_sphere_slopes`);
+    otherwise on the saved scale (:func:`_plain_slopes`).
+    """
+    if ability.log_s is not None:
+        return _sphere_slopes(ctx, ability.log_s, centered=centered)
+    return _plain_slopes(ctx, centered=centered)
+
+
+def _sphere_slopes(ctx: _Context, log_s: Any, *, centered: bool) -> _Discrimination:
+    """Slopes ``a_lik = discrimination * s`` of the sphere ability block (model context)."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    config, dtype, sub, n_s = ctx.config, ctx.dtype, ctx.sub, ctx.n_s
+    zl_small = (0.05 * ctx.zl).astype(dtype)
+    s = pt.exp(log_s)
+    if config.discrimination_prior == "truncated-normal":
+        if not centered:
+            raise ValueError("the truncated-normal prior has no non-centered sphere block")
+        # a_lik = discrimination * s ~ TruncatedNormal(mean * s, sd * s, lower=0), with the
+        # hyperparameters sampled on that scale too, so that s meets only their priors,
+        # and as (kappa = mean / sd^2, log sd): mean and sd lie on a ridge when many
+        # items sit near 0 (GPQA: correlation -0.90 between mean and log sd; -0.25
+        # between kappa and log sd)
+        kappa_l = pm.Flat(
+            "disc_kappa_scaled", dims="subtask", initval=np.full(n_s, 0.8, dtype=dtype)
+        )
+        log_sd_l = pm.Flat(
+            "log_disc_sd_scaled", dims="subtask", initval=np.full(n_s, 0.01, dtype=dtype)
+        )
+        sd_l = pt.exp(log_sd_l)
+        mu_l = kappa_l * sd_l**2
+        pm.Potential(
+            "disc_hyper_prior",
+            (
+                pm.logp(pm.Normal.dist(config.disc_mean_mean, config.disc_mean_sd), mu_l / s)
+                + pm.logp(pm.HalfNormal.dist(config.disc_sd_scale), sd_l / s)
+                # Jacobian of (kappa_l, log sd_l) -> (mean, sd)
+                + 3 * log_sd_l
+                - 2 * log_s
+            ).sum(),
+        )
+        lat = pm.Flat("log_disc_scaled", dims="item", initval=zl_small - 0.5)
+        a_lik = _truncated_normal_discrimination(lat, mu_l, sd_l, sub)
+        return _Discrimination(a_lik, a_lik / s)
+    mu_lat, sd_la = _scaled_log_disc_mean(config, n_s, dtype, log_s)
+    if centered:
+        lat = pm.Normal(
+            "log_disc_scaled", mu_lat[sub], sd_la[sub], dims="item", initval=0.01 + zl_small
+        )
+        a_lik = pt.exp(lat)
+        return _Discrimination(a_lik, a_lik / s)
+    # the likelihood sees discrimination * s = exp(mu_lat + sd * z): s meets only mu_lat's prior
+    z_la = pm.Normal("log_disc_z", 0.0, 1.0, dims="item", initval=zl_small)
+    a_lik = pt.exp(mu_lat[sub] + sd_la[sub] * z_la)
+    return _Discrimination(a_lik, a_lik * pt.exp(-log_s), pt.exp(mu_lat - log_s))
+
+
+def _plain_slopes(ctx: _Context, *, centered: bool) -> _Discrimination:
+    """Slopes on the saved scale under the lognormal or truncated-normal prior (model context)."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    config, sub = ctx.config, ctx.sub
+    zl_small = (0.05 * ctx.zl).astype(ctx.dtype)
+    if config.discrimination_prior == "truncated-normal":
+        mu_a = pm.Normal("disc_mean", config.disc_mean_mean, config.disc_mean_sd, dims="subtask")
+        sd_a = pm.HalfNormal("disc_sd", config.disc_sd_scale, dims="subtask")
+        if centered:
+            # centered on the log scale with the truncated-normal density
+            lat = pm.Flat("log_discrimination", dims="item", initval=zl_small - 0.5)
+            a = _truncated_normal_discrimination(lat, mu_a, sd_a, sub)
+        else:
+            # the truncated normal's inverse CDF of a standard normal z
+            z_a = pm.Normal("disc_z", 0.0, 1.0, dims="item", initval=zl_small)
+            a = _truncated_normal_quantile(pt, z_a, mu_a[sub], sd_a[sub])
+        # the subtask's typical slope: its mean (any function of the items works)
+        return _Discrimination(a, a, pt.dot(ctx.cast(_subtask_average(sub, ctx.n_s)), a))
+    mu_la = pm.Normal("log_disc_mean", 0.0, config.log_disc_mean_sd, dims="subtask")
+    sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
+    if centered:
+        la = pm.Normal("log_discrimination", mu_la[sub], sd_la[sub], dims="item", initval=zl_small)
+    else:
+        z_la = pm.Normal("log_disc_z", 0.0, 1.0, dims="item", initval=zl_small)
+        la = mu_la[sub] + sd_la[sub] * z_la
+    a = pt.exp(la)
+    return _Discrimination(a, a, pt.exp(mu_la))
+
+
+def _intercept_block(
+    ctx: _Context,
+    ability: _Ability,
+    disc: _Discrimination | None,
+    *,
+    centered: bool,
+    form: str = "intercept",
+) -> Any:
+    """The item intercepts the likelihood sees, and their subtask hyperparameters.
+
+    Non-centered: :func:`_shifted_intercepts`. Centered with a decoupled ability block:
+    each item's intercept about its information-weighted centre (:func:`item_centers`;
+    the 1PL: its mean shifted by ``m``). Centered with plain abilities: the
+    ``intercept`` or, for ``form="difficulty"``, ``eta = a (theta - b)``.
+    ``disc`` None: the 1PL (slopes 1).
+    """
+    import pymc as pm
+
+    config, dtype, sub = ctx.config, ctx.dtype, ctx.sub
+    sd_d = pm.HalfNormal("intercept_sd", config.intercept_sd_scale, dims="subtask")
+    e_init = ctx.init["logit_item"].astype(dtype)
+    m = ability.m
+    if not centered:
+        a = None if disc is None else disc.saved
+        typical: Any = 1.0 if disc is None else disc.typical
+        return _shifted_intercepts(
+            config, m, a, typical, sd_d, sub, ctx.sub_init.astype(dtype), ctx.zl.astype(dtype)
+        )
+    if m is not None and disc is None:
+        # intercept = e - m, so intercept_mean = mu_e - m carries the configured prior
+        mu_e = pm.Flat("intercept_mean_shifted", dims="subtask", initval=ctx.sub_init.astype(dtype))
+        pm.Potential(
+            "intercept_mean_prior",
+            pm.logp(pm.Normal.dist(0.0, config.intercept_mean_sd), mu_e - m).sum(),
+        )
+        return pm.Normal("e", mu_e[sub], sd_d[sub], dims="item", initval=e_init)
+    mu_d = pm.Normal("intercept_mean", 0.0, config.intercept_mean_sd, dims="subtask")
+    if m is not None:
+        assert disc is not None
+        centers = item_centers(ctx.data, ctx.init)
+        e_c = pm.Flat("e", dims="item", initval=(e_init + centers).astype(dtype))
+        e = e_c - disc.lik * ctx.cast(centers)
+        pm.Potential(
+            "intercept_prior",
+            pm.logp(pm.Normal.dist(mu_d[sub], sd_d[sub]), e - disc.saved * m).sum(),
+        )
+        return e
+    if form == "difficulty":  # textbook: hierarchical prior on the difficulty
+        b = pm.Normal("difficulty", mu_d[sub], sd_d[sub], dims="item", initval=-e_init)
+        return -b * (disc.lik if disc is not None else 1.0)
+    return pm.Normal("intercept", mu_d[sub], sd_d[sub], dims="item", initval=e_init)
+
+
+def _guessing_block(ctx: _Context) -> Any:
+    """The 3PL's item floors: fixed ``1 / K`` where known, else learned (Beta); None otherwise."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    config, data = ctx.config, ctx.data
+    if config.model != "3pl":
+        return None
+    fixed = data.guessing_fixed
+    learn = np.isnan(fixed)
+    if not learn.any():
+        return ctx.cast(fixed)
+    k = config.guessing_strength
+    c_learn = pm.Beta(
+        "guessing_learned",
+        alpha=config.guessing_mean * k,
+        beta=(1 - config.guessing_mean) * k,
+        shape=int(learn.sum()),
+    )
+    return pt.set_subtensor(ctx.cast(np.where(learn, 0.0, fixed))[np.nonzero(learn)[0]], c_learn)
+
+
+def _likelihood_block(ctx: _Context, theta: Any, a: Any, e: Any, guess: Any) -> None:
+    """The observed cells' log likelihood as the ``loglik`` potential (:func:`_loglik`)."""
+    import pymc as pm
+
+    pm.Potential("loglik", _loglik(ctx.data, theta, a, e, guess, ctx.cast))
 
 
 def _decoupled_ability(n_l: int, z_init: np.ndarray, *, sphere: bool) -> tuple[Any, Any, Any]:

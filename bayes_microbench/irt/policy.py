@@ -1,0 +1,223 @@
+"""The sampling policy: what a fit of these data samples in, how it adapts, what it suggests.
+
+:func:`choose` is one pure function of the data, the configuration and the method (and
+what the caller asked for) returning a :class:`Policy`: the parameterization and the
+mass-matrix adaptation ``"auto"`` resolves to, and the remedy an unconverged fit names.
+:func:`remedy_text` phrases the remedy, naming the settings as the caller spells them
+(parameters for the library, flags for the command).
+
+Why: docs/decisions/0013-decoupled-parameterization-for-nuts.md (decoupled and
+``draw_diag`` from 100 llms), docs/decisions/0014-decoupled-nc-below-100-llms-and-weak-3pl.md
+(decoupled-nc below, the weakly informed 3PL, the remedies) and
+docs/decisions/0025-irt-graph-blocks-and-one-policy.md (one function, not six members).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from .config import IRTConfig
+from .data import IRTData
+
+#: NUTS samples centered item parameters ("decoupled") from this many llms on
+#: (but see ``WEAK_SLOPE_SD``).
+CENTERED_MIN_LLMS = 100
+
+#: A fixed-floor lognormal 3PL whose median item
+#: :func:`~bayes_microbench.irt.pymc_model.slope_sd` exceeds this is sampled
+#: non-centered ("decoupled-nc") at any size (:attr:`Policy.weak_slopes`).
+#: Measured on the simulator's GPQA preset, shifted (docs/decisions/0014).
+WEAK_SLOPE_SD = 0.24
+
+Remedy = Literal["floor-misfit", "truncated-normal", "centered-items", ""]
+
+#: What an unconverged ``"decoupled-nc"`` NUTS fit suggests (``{centered}``: how to
+#: ask for the centered items in the caller's interface).
+SMALL_MATRIX_HINT = (
+    "below 100 llms no parameterization has converged on every real matrix measured; "
+    "{centered} (centered items) mixed better on all five PredictaBoard matrices, "
+    "diverging on three with the lognormal prior and on none with the truncated normal "
+    "(benchmarks/README.md, 'NUTS below 100 llms')"
+)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What :func:`choose` decided for one fit.
+
+    Attributes
+    ----------
+    parameterization
+        What the graph is built in (``"auto"`` resolved).
+    adaptation
+        nutpie's mass-matrix adaptation (``"auto"`` resolved).
+    remedy
+        The remedy an unconverged NUTS fit names: ``"floor-misfit"`` (use the 2PL),
+        ``"truncated-normal"`` (the truncated-normal discrimination prior),
+        ``"centered-items"`` (``parameterization="decoupled"``) or ``""`` (none known).
+    floor_misfit
+        Why a fixed-floor 3PL may fail here, in one clause ("" when it does not apply).
+    weak_slopes
+        Whether the data pin a fixed-floor lognormal 3PL's slopes too loosely to center them.
+    truncated_normal_may_help
+        Whether the truncated-normal prior is the measured remedy for this fit.
+    """
+
+    parameterization: str
+    adaptation: str
+    remedy: Remedy
+    floor_misfit: str
+    weak_slopes: bool
+    truncated_normal_may_help: bool
+
+
+def lognormal_discrimination(config: IRTConfig) -> bool:
+    """A 2PL or 3PL with the lognormal discrimination prior (what ``"decoupled-nc"`` samples)."""
+    return config.model in ("2pl", "3pl") and config.discrimination_prior == "lognormal"
+
+
+def floor_misfit(data: IRTData, config: IRTConfig) -> str:
+    """Why a fixed-floor 3PL may fail on ``data``, in one clause ("" when it does not apply).
+
+    Applies where some item is answered correctly below its fixed guessing floor
+    beyond chance (``data.notes["items_far_below_floor"]``, Bonferroni over the
+    items): the model cannot fit such items. Names how many items are below their
+    floor at all (``data.notes["items_below_floor"]``, about 1% of a well-fitting
+    3PL's items) and how many beyond chance. On GPQA 158 of the 448 items are below,
+    118 beyond chance; without the 158 its 3PL mixed better (R-hat 1.014 against
+    1.028, with the 2PL's item centring), though still short of converging.
+    """
+    far = data.notes.get("items_far_below_floor", [])
+    if config.model != "3pl" or not far:
+        return ""
+    below = data.notes.get("items_below_floor", [])
+    return (
+        "items answered correctly less often than their fixed guessing floor allows: "
+        f"{len(below)} ({len(far)} beyond chance; items_below_floor and "
+        "items_far_below_floor in the log); a 3PL cannot fit them: use the 2PL"
+    )
+
+
+def weak_slopes(data: IRTData, config: IRTConfig) -> bool:
+    """Whether a 3PL's data pin its items' slopes down too loosely to center them.
+
+    True for a lognormal-prior 3PL with fixed floors that no item contradicts
+    beyond chance (no :func:`floor_misfit`) whose median item slope is weakly
+    informed: its likelihood alone leaves ``log discrimination`` an sd above
+    :data:`WEAK_SLOPE_SD` (:func:`~bayes_microbench.irt.pymc_model.slope_sd`). A
+    floor spends the information of every llm near it, so on a hard benchmark the
+    slopes rest on the few strong llms and the centered items meet a funnel in the
+    subtask sd; NUTS then samples the items non-centered at any number of llms
+    (``benchmarks/study_3pl_parameterization.py``). On GPQA's real matrix, whose
+    1/4 floor 118 items contradict beyond chance, the centered form mixed better,
+    so a floor misfit keeps it.
+    """
+    from .pymc_model import slope_sd
+
+    if not (config.model == "3pl" and lognormal_discrimination(config)):
+        return False
+    if floor_misfit(data, config) or not (data.guessing_fixed > 0).any():
+        return False
+    return bool(np.median(slope_sd(data)) > WEAK_SLOPE_SD)
+
+
+def choose(
+    data: IRTData,
+    config: IRTConfig,
+    method: str | None,
+    *,
+    parameterization: str = "auto",
+    adaptation: str = "auto",
+    weak: bool | None = None,
+) -> Policy:
+    """The sampling policy of a ``method`` fit of ``data`` under ``config``.
+
+    Parameters
+    ----------
+    data, config
+        The data as the model sees them and the validated configuration.
+    method
+        ``"nuts"`` or an approximation; ``None`` before any fit (no method-dependent
+        remedy, and ``"auto"`` resolves as for an approximation).
+    parameterization
+        What the caller asked for: ``"auto"`` resolves to ``"decoupled"`` (NUTS from
+        :data:`CENTERED_MIN_LLMS` llms, unless :func:`weak_slopes`), ``"decoupled-nc"``
+        (NUTS of a lognormal 2PL/3PL otherwise), ``"non-centered"`` (the rest); for a
+        ``2pl-md``: ``"centered"`` (NUTS from 100 llms) or ``"non-centered"``. Any other
+        value is kept (it is validated by :func:`~bayes_microbench.irt.config.check_fit_settings`).
+    adaptation
+        ``"auto"`` resolves to ``"draw_diag"`` for ``"decoupled"``, ``"diag"`` otherwise.
+    weak
+        :func:`weak_slopes` when the caller has it already (it costs a pass over the cells).
+
+    Returns
+    -------
+    Policy
+        The resolved parameterization and adaptation, and the remedy.
+    """
+    nuts = method == "nuts"
+    big = data.n_llms >= CENTERED_MIN_LLMS
+    misfit = floor_misfit(data, config)
+    weak = weak_slopes(data, config) if weak is None else weak
+    lognormal = lognormal_discrimination(config)
+    if parameterization == "auto":
+        if config.model == "2pl-md":
+            parameterization = "centered" if nuts and big else "non-centered"
+        elif nuts and big and not weak:
+            parameterization = "decoupled"
+        elif nuts and lognormal:
+            parameterization = "decoupled-nc"
+        else:
+            parameterization = "non-centered"
+    if adaptation == "auto":
+        adaptation = "draw_diag" if parameterization == "decoupled" else "diag"
+    # the truncated normal sampled GPQA faster from 100 llms and diverged below; with
+    # weak slopes (centered) it mixed worse than the lognormal's non-centered items
+    truncated_helps = lognormal and nuts and big and not weak
+    remedy: Remedy = ""
+    if misfit:
+        remedy = "floor-misfit"
+    elif truncated_helps:
+        remedy = "truncated-normal"
+    elif parameterization == "decoupled-nc" and not big:
+        # on every real matrix below 100 llms measured the centered items mixed
+        # better, though with divergences on some (benchmarks/study_small_matrices.py)
+        remedy = "centered-items"
+    return Policy(
+        parameterization=parameterization,
+        adaptation=adaptation,
+        remedy=remedy,
+        floor_misfit=misfit,
+        weak_slopes=weak,
+        truncated_normal_may_help=truncated_helps,
+    )
+
+
+def spell_parameter(name: str, value: Any) -> str:
+    """A setting as the library takes it: ``parameterization='decoupled'``, a config key in ``config=``."""
+    if name in IRTConfig.__dataclass_fields__:
+        return f"config={{{name!r}: {value!r}}}"
+    return f"{name}={value!r}"
+
+
+def remedy_text(policy: Policy, spell: Callable[[str, Any], str] = spell_parameter) -> str:
+    """The remedy of ``policy`` in one clause ("" when none), its settings spelled by ``spell``.
+
+    ``spell(name, value)`` names a setting in the caller's interface: the library's
+    parameters by default; the ``fit`` command passes one that writes its flags.
+    """
+    if policy.remedy == "floor-misfit":
+        return policy.floor_misfit
+    if policy.remedy == "truncated-normal":
+        prior = spell("discrimination_prior", "truncated-normal")
+        return (
+            f"where many items do not discriminate (GPQA), {prior} samples faster "
+            "and converges more often"
+        )
+    if policy.remedy == "centered-items":
+        return SMALL_MATRIX_HINT.format(centered=spell("parameterization", "decoupled"))
+    return ""
