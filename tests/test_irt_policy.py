@@ -25,6 +25,7 @@ from bayes_microbench.irt.data import IRTData
 from bayes_microbench.irt.policy import (
     CENTERED_MIN_LLMS,
     SMALL_MATRIX_HINT,
+    Policy,
     choose,
     remedy_text,
     weak_slopes,
@@ -212,16 +213,22 @@ def test_good_settings_pass_and_the_sampler_config_uses_the_same_check():
 
 
 def test_the_fit_command_prints_the_flags(tmp_path, capsys):
-    from bayes_microbench.cli import main
-    from bayes_microbench.commands.fit import as_flags, flag
+    from bayes_microbench._validate import flag_names
+    from bayes_microbench.cli import build_parser, command_flags, main
     from bayes_microbench.io import save_responses
 
-    assert (flag("draws"), flag("n_dims"), flag("discrimination_prior")) == (
-        "--draws", "--dims", "--discrimination-prior",
-    )  # fmt: skip
-    with pytest.raises(SettingError) as info:
+    fit_parser = build_parser()._subparsers._group_actions[0].choices["fit"]  # type: ignore[union-attr]
+    flags = command_flags(fit_parser)
+    assert (flags["draws"], flags["discrimination_prior"]) == ("--draws", "--discrimination-prior")
+    with flag_names(flags), pytest.raises(SettingError) as info:
         check_fit_settings(model="2pl-md", parameterization="decoupled")
-    assert as_flags(info.value).startswith("--model '2pl-md' takes --parameterization 'auto'")
+    assert str(info.value).startswith("--model '2pl-md' takes --parameterization 'auto'")
+    with pytest.raises(SettingError) as info:  # the library's own names outside the CLI
+        check_fit_settings(model="2pl-md", parameterization="decoupled")
+    assert str(info.value).startswith("model '2pl-md' takes parameterization 'auto'")
+    with flag_names(flags):
+        hint = remedy_text(Policy("decoupled-nc", "diag", "centered-items", "", False, False))
+    assert "--parameterization decoupled" in hint
     resp = simulate_responses("gpqa", n_llms=8, n_items=6, model="2pl", random_seed=0)
     save_responses(resp, tmp_path / "r.csv")
     base = ["fit", "--responses", str(tmp_path / "r.csv"), "--output", str(tmp_path / "p.nc")]

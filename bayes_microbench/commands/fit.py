@@ -122,38 +122,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-#: The ``fit`` command's flag for each library parameter whose flag is not ``--name``.
-FLAGS = {"n_dims": "--dims", "random_seed": "--seed", "progressbar": "--progress"}
-
-
-def flag(name: str) -> str:
-    """The ``fit`` command's flag for the library parameter ``name`` (``draws`` -> ``--draws``)."""
-    return FLAGS.get(name, "--" + name.replace("_", "-"))
-
-
-def spell_flag(name: str, value: object) -> str:
-    """A setting as the ``fit`` command takes it: ``--discrimination-prior truncated-normal``."""
-    return f"{flag(name)} {value}"
-
-
-def as_flags(err: Exception) -> str:
-    """``err``'s message with the parameters it names (``SettingError.parameters``) as flags.
-
-    Why: the library names its parameters (``draws must be ...``); the command prints
-    the flag its user typed (``--draws must be ...``).
-    """
-    import re
-
-    message = str(err)
-    for name in getattr(err, "parameters", ()):
-        message = re.sub(rf"(?<![\w'-]){re.escape(name)}(?![\w'-])", flag(name), message)
-    return message
-
-
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..exceptions import ConfigurationError, ConvergenceWarning, UserInputError
+    from ..exceptions import ConvergenceWarning, UserInputError
     from ..io import load_responses
     from ..irt import IRTModel
     from ..irt.config import IRTConfig, check_fit_settings
@@ -197,21 +169,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError(
             f"--candidates applies only to --model auto (got --model {args.model}); drop it"
         )
-    try:  # every setting, before any data is read; the library's names as flags
-        if args.model != "auto":  # auto: each candidate's configuration is its own
-            IRTConfig.from_dict({**config, "model": args.model})
-        check_fit_settings(
-            model="2pl" if args.model == "auto" else args.model,
-            discrimination_prior=args.discrimination_prior,
-            method=args.method,
-            backend=args.backend,
-            chains=args.chains,
-            draws=args.draws,
-            tune=args.tune,
-            parameterization=args.parameterization,
-        )
-    except ConfigurationError as err:
-        raise UserInputError(as_flags(err)) from None
+    # every setting, before any data is read (the messages name this command's flags)
+    if args.model != "auto":  # auto: each candidate's configuration is its own
+        IRTConfig.from_dict({**config, "model": args.model})
+    check_fit_settings(
+        model="2pl" if args.model == "auto" else args.model,
+        discrimination_prior=args.discrimination_prior,
+        method=args.method,
+        backend=args.backend,
+        chains=args.chains,
+        draws=args.draws,
+        tune=args.tune,
+        parameterization=args.parameterization,
+    )
     resp = load_responses(args.responses, args.items)
     settings = {
         "chains": args.chains,
@@ -303,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
             if written
             else f"not written; rerun with {remedy}, or pass --allow-unconverged"
         )
-        hint = remedy_text(model.policy(), spell_flag) if diag is not None else ""
+        hint = remedy_text(model.policy()) if diag is not None else ""
         print(
             f"bayes-microbench: {'warning' if written else 'error'}: the {args.method} fit did "
             f"not converge ({'; '.join(problems)}); posterior {action}"

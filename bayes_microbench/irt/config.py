@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._validate import param
 from ..exceptions import ConfigurationError
 
 ModelName = Literal["1pl", "2pl", "3pl", "2pl-md"]
@@ -237,8 +238,8 @@ def parameterizations(model: str) -> dict[str, Parameterization]:
 class SettingError(ConfigurationError):
     """A bad fit setting; ``parameters`` names the settings the message names.
 
-    Why: the message names parameters (``draws``) as the library takes them; a command
-    that has flags for them rewrites those names (``--draws``) where it prints it.
+    The message spells them with :func:`~bayes_microbench._validate.param`: ``draws``
+    for a caller of the library, ``--draws`` inside the command line.
     """
 
     def __init__(self, message: str, parameters: Sequence[str]) -> None:
@@ -250,7 +251,9 @@ def _whole(name: str, value: Any, minimum: int) -> None:
     """Refuse ``value`` unless it is a whole number (not a bool) of at least ``minimum``."""
     integral = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     if not integral or value < minimum:
-        raise SettingError(f"{name} must be a whole number >= {minimum}, got {value!r}", [name])
+        raise SettingError(
+            f"{param(name)} must be a whole number >= {minimum}, got {value!r}", [name]
+        )
 
 
 def check_fit_settings(
@@ -287,7 +290,9 @@ def check_fit_settings(
         ("adaptation", adaptation, ADAPTATIONS),
     ):
         if value is not None and value not in choices:
-            raise SettingError(f"{name} must be one of {list(choices)}, got {value!r}", [name])
+            raise SettingError(
+                f"{param(name)} must be one of {list(choices)}, got {value!r}", [name]
+            )
     for name, value, minimum in (
         ("chains", chains, 1),
         ("draws", draws, 1),
@@ -303,7 +308,8 @@ def check_fit_settings(
             ok = False
         if not ok:
             raise SettingError(
-                f"target_accept must lie in [0.5, 1), got {target_accept!r}", ["target_accept"]
+                f"{param('target_accept')} must lie in [0.5, 1), got {target_accept!r}",
+                ["target_accept"],
             )
     if parameterization is None or parameterization == "auto":
         return
@@ -312,13 +318,14 @@ def check_fit_settings(
     names = list(parameterizations(model))
     if model == "2pl-md" and parameterization not in names:
         raise SettingError(
-            f"model '2pl-md' takes parameterization 'auto' or one of {names}, "
-            f"got {parameterization!r}",
+            f"{param('model')} '2pl-md' takes {param('parameterization')} 'auto' or one of "
+            f"{names}, got {parameterization!r}",
             ["model", "parameterization"],
         )
     if parameterization not in names:
         raise SettingError(
-            f"parameterization must be 'auto' or one of {names}, got {parameterization!r}",
+            f"{param('parameterization')} must be 'auto' or one of {names}, "
+            f"got {parameterization!r}",
             ["parameterization"],
         )
     check_parameterization(model, discrimination_prior, parameterization)
@@ -334,7 +341,7 @@ def check_parameterization(model: str, discrimination_prior: str, parameterizati
         model not in ("2pl", "3pl") or discrimination_prior == "truncated-normal"
     ):
         raise SettingError(
-            "parameterization 'decoupled-nc' applies to the 2PL and 3PL with the "
-            "lognormal discrimination prior",
+            f"{param('parameterization')} 'decoupled-nc' applies to the 2PL and 3PL with "
+            "the lognormal discrimination prior",
             ["parameterization"],
         )

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._validate import param
 from .config import IRTConfig
 from .data import IRTData
 
@@ -198,7 +199,11 @@ def choose(
 
 
 def spell_parameter(name: str, value: Any) -> str:
-    """A setting as the library takes it: ``parameterization='decoupled'``, a config key in ``config=``."""
+    """A setting as the caller takes it: ``parameterization='decoupled'``, a config key in
+    ``config=``; inside the command line, the running command's flag (``--parameterization
+    decoupled``, :func:`~bayes_microbench._validate.param`)."""
+    if param(name).startswith("--"):
+        return param(name, value)
     if name in IRTConfig.__dataclass_fields__:
         return f"config={{{name!r}: {value!r}}}"
     return f"{name}={value!r}"
@@ -207,8 +212,8 @@ def spell_parameter(name: str, value: Any) -> str:
 def remedy_text(policy: Policy, spell: Callable[[str, Any], str] = spell_parameter) -> str:
     """The remedy of ``policy`` in one clause ("" when none), its settings spelled by ``spell``.
 
-    ``spell(name, value)`` names a setting in the caller's interface: the library's
-    parameters by default; the ``fit`` command passes one that writes its flags.
+    ``spell(name, value)`` names a setting in the caller's interface (default
+    :func:`spell_parameter`: the library's parameters, or the command's flags).
     """
     if policy.remedy == "floor-misfit":
         return policy.floor_misfit
