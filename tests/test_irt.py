@@ -404,6 +404,43 @@ def test_save_load_round_trip_and_refusals(tiny, tmp_path):
         load_posterior(tmp_path / "absent.nc")
 
 
+def test_load_returns_the_fitted_model_and_checks_its_hash(tiny, tmp_path):
+    """IRTModel.load gives back an IRTModel equal in what it saved, refuses items-only files,
+    other responses and an edited configuration."""
+    import xarray as xr
+
+    from bayes_microbench.irt.checks import posterior_predictive_check
+
+    resp, _, fit = tiny
+    path = fit.save(tmp_path / "post.nc")
+    again = IRTModel.load(path)
+    assert isinstance(again, IRTModel) and again.config == fit.config
+    assert again.parameterization == fit.parameterization == "decoupled-nc"
+    assert again.diagnostics.max_rhat == fit.diagnostics.max_rhat
+    assert again.fit_info["random_seed"] == fit.fit_info["random_seed"]
+    np.testing.assert_allclose(
+        again.posterior["discrimination"].values, fit.posterior["discrimination"].values, rtol=1e-6
+    )
+    np.testing.assert_array_equal(again.data.values, fit.data.values)
+    ppc = posterior_predictive_check(again, max_draws=50, random_seed=0).summary
+    assert ppc["n_llms"] == resp.n_llms
+    with pytest.raises(ConfigurationError, match="already fitted"):
+        again.fit()
+    assert IRTModel.load(again.save(tmp_path / "twice.nc")).config == fit.config
+    with pytest.raises(IncompatibleArtifactError, match="items-only"):
+        IRTModel.load(fit.save(tmp_path / "items.nc", items_only=True))
+    other = Responses.from_arrays(1.0 - resp.values, resp.llms, resp.items)
+    with pytest.raises(IncompatibleArtifactError, match="not the ones it was fitted on"):
+        IRTModel.load(path, responses=other)
+    tree = xr.open_datatree(path).load()
+    tree.attrs["config_json"] = tree.attrs["config_json"].replace(
+        '"intercept_sd_scale": 3.0', '"intercept_sd_scale": 9.0'
+    )
+    tree.to_netcdf(tmp_path / "edited.nc")
+    with pytest.raises(IncompatibleArtifactError, match="does not match its stored hash"):
+        IRTModel.load(tmp_path / "edited.nc")
+
+
 def test_compact_form_round_trip(tiny, tmp_path):
     """The compact form: packed to a step of 1/65533 of each range, difficulty recomputed,
     scores unchanged to well under a point, and add_calibration keeps it compact."""

@@ -358,6 +358,7 @@ class IRTModel:
         self.idata = self._assemble(raw, sample_stats, parameterization)
         self.fit_info["random_seed"] = seed
         self.fit_info["random_seed_drawn"] = random_seed is None
+        self.fit_info["parameterization"] = parameterization
         if method == "nuts":
             self._report_nuts()
         elif method != "advi":  # ADVI warns on its own (irt.approx.advi)
@@ -514,6 +515,71 @@ class IRTModel:
             raise ConfigurationError("the model is not fitted yet; call fit() first")
         self.calibration = calibrate_fitted(self, self.responses, random_seed=random_seed)
         return self.calibration
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, responses: Responses | None = None) -> IRTModel:
+        """Read a fit written by :meth:`save` back as a fitted ``IRTModel``, hash-checked.
+
+        Parameters
+        ----------
+        path
+            A ``.nc`` file :meth:`save` wrote (not items-only: those hold no responses).
+        responses
+            The responses it was fitted on; by default rebuilt from the file's
+            ``observed_data`` (give them for a 3PL whose floors came from per-item
+            ``n_options``, which the file does not keep). Refused where they differ
+            from the file's.
+
+        Returns
+        -------
+        IRTModel
+            With its posterior, sampler, diagnostics, ``fit_info`` and calibration, ready
+            for :meth:`save`, :meth:`calibrate` and the checks; :meth:`fit` refuses it.
+
+        Why: what :meth:`save` wrote comes back as the same class it came from, checked
+        (configuration and calibration hashes) by :func:`~bayes_microbench.irt.io.load_posterior`.
+        """
+        from ..exceptions import IncompatibleArtifactError
+        from .io import load_posterior
+
+        fitted = load_posterior(path)
+        if fitted.items_only or "observed_data" not in fitted.idata.children:
+            raise IncompatibleArtifactError(
+                f"{path}: an items-only posterior holds no responses or abilities, so it "
+                "cannot be an IRTModel again; read it with load_posterior (score, mdad and "
+                "plan take it as it is)"
+            )
+        obs = fitted.idata["observed_data"].to_dataset()
+        correct = np.asarray(obs["correct"].to_numpy(), dtype=np.float64)
+        llms = [str(x) for x in obs["llm"].to_numpy()]
+        items = [str(x) for x in obs["item"].to_numpy()]
+        if responses is None:
+            responses = Responses.from_arrays(
+                correct,
+                llms,
+                items,
+                subtask=[str(x) for x in obs["item_subtask"].to_numpy()],
+                benchmark=str(fitted.idata.attrs.get("benchmark") or "benchmark"),
+            )
+        model = cls(responses, fitted.config.model, config=fitted.config)
+        same = (
+            list(model.data.llms) == llms
+            and list(model.data.items) == items
+            and np.array_equal(model.data.values, correct, equal_nan=True)
+        )
+        if not same:
+            raise IncompatibleArtifactError(
+                f"{path}: the responses given are not the ones it was fitted on (llms, items "
+                "or cells differ); pass the responses of the fit, or none"
+            )
+        model.idata = fitted.idata
+        model.sampler = fitted.sampler
+        model.diagnostics = fitted.diagnostics
+        model.fit_info = dict(fitted.fit_info)
+        model.calibration = fitted.calibration
+        model.wall_seconds = fitted.wall_seconds
+        model.parameterization = model.fit_info.get("parameterization")
+        return model
 
     def save(
         self,
