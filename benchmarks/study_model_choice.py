@@ -1,0 +1,135 @@
+"""Model choice on real matrices: what ``fit --model auto`` fits, ranks by PSIS-LOO and keeps.
+
+For each matrix, ``bayes_microbench.irt.choice.compare_candidates`` fits every
+candidate (default 1PL, 2PL, ``2pl-md`` with 2, 3 and 4 dimensions) as ``fit``
+does by default (NUTS, draws extended up to the budget), computes PSIS-LOO over
+the observed cells (400 draws) and applies the choice rule of
+docs/decisions/0029. One fresh process per matrix; the table gives each
+candidate's elpd, its difference and dse to the best, its convergence and fit
+time, and which one the rule keeps, with why.
+
+Usage::
+
+    .venv/bin/python benchmarks/study_model_choice.py [--data ifeval,gpqa]
+        [--candidates 1pl,2pl,2pl-md:2,2pl-md:3,2pl-md:4] [--seed 0] [--report-only]
+
+Rows go to ``benchmarks/results/model_choice.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _report import MATRICES, check_names, last_run, rows_note, run_rows, write_section  # noqa: E402
+
+RESULTS = HERE / "results" / "model_choice.json"
+DEFAULT_CANDIDATES = "1pl,2pl,2pl-md:2,2pl-md:3,2pl-md:4"
+
+
+def one(data: str, candidates: str, seed: int) -> dict:
+    """Compare the candidates on one matrix; the row the table is made from."""
+    from bayes_microbench import load_responses
+    from bayes_microbench.exceptions import ConvergenceWarning
+    from bayes_microbench.irt.choice import compare_candidates
+
+    resp = load_responses(MATRICES[data])
+    t0, c0 = time.perf_counter(), os.times()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        _, report = compare_candidates(resp, candidates, random_seed=seed, progressbar=False)
+    c1 = os.times()
+    cpu = sum(
+        getattr(c1, k) - getattr(c0, k)
+        for k in ("user", "system", "children_user", "children_system")
+    )
+    return {
+        "data": data,
+        "shape": f"{resp.n_llms} x {resp.n_items}",
+        "seed": seed,
+        "candidates": candidates,
+        "rows": report["rows"],
+        "chosen": report["chosen"],
+        "why": report["why"],
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+        "cpu_seconds": round(cpu, 1),
+    }
+
+
+def table(saved: list[dict]) -> str:
+    head = (
+        "| data | llms x items | candidate | elpd_loo | elpd_diff | dse | Pareto k > 0.7 | "
+        "converged | fit s | kept |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for run in sorted(saved, key=lambda r: (r["data"], r["seed"])):
+        for r in run["rows"]:
+            lines.append(
+                f"| {run['data']} | {run['shape']} | {r['candidate']} | {r['elpd_loo']:.1f} | "
+                f"{r['elpd_diff']:.1f} | {r['dse']:.1f} | {r['cells_pareto_k_over_0.7']} | "
+                f"{'yes' if r['converged'] else 'NO'} | {r['wall_seconds']:.0f} | "
+                f"{'**kept**' if r['candidate'] == run['chosen'] else ''} |"
+            )
+    return "\n".join(lines)
+
+
+def report(saved: list[dict]) -> None:
+    setup = (
+        "`compare_candidates` (what `fit --model auto` and `check --responses` run): every "
+        "candidate fitted as `fit` does by default (NUTS, 2 chains x (1000 tune + 1000 draws), "
+        "extended up to 4000 draws when only R-hat or ESS miss), PSIS-LOO over the observed "
+        "cells with 400 draws, the rule of docs/decisions/0029. " + rows_note(saved)
+    )
+    whys = "\n".join(
+        f"- {r['data']} (seed {r['seed']}): kept **{r['chosen']}**: {r['why']} "
+        f"(all candidates {r['wall_seconds']:.0f} s wall, {r['cpu_seconds']:.0f} s CPU)."
+        for r in sorted(saved, key=lambda r: (r["data"], r["seed"]))
+    )
+    write_section(
+        "study_model_choice",
+        "Model choice by PSIS-LOO on real matrices",
+        "\n\n".join([setup, table(saved), whys]),
+        run=last_run(saved),
+        headline=[0],
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="ifeval,gpqa")
+    parser.add_argument("--candidates", default=DEFAULT_CANDIDATES)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--one", nargs=3, metavar=("DATA", "CANDIDATES", "SEED"))
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--no-report", action="store_true")
+    args = parser.parse_args()
+    if args.one:
+        print("ROW " + json.dumps(one(args.one[0], args.one[1], int(args.one[2])), default=float))
+        return 0
+    if args.report_only:
+        report(json.loads(RESULTS.read_text())["rows"])
+        return 0
+    datasets = [d for d in args.data.split(",") if d]
+    check_names(parser, "data", datasets, list(MATRICES))
+    for name in datasets:
+        if not MATRICES[name].exists():
+            print(f"{MATRICES[name]} not present; nothing to study", file=sys.stderr)
+            return 1
+    jobs = [[d, args.candidates, str(args.seed)] for d in datasets]
+    saved = run_rows(__file__, jobs, lambda r: (r["data"], r["seed"], r["candidates"]), RESULTS)
+    if saved is None:
+        return 1
+    if not args.no_report:
+        report(saved)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
