@@ -311,7 +311,18 @@ def main() -> int:
             "NUTS accelerators side by side (GPQA 2PL)",
             body,
             run=last_run(rows) if args.report_only else None,
-            headline=[0],
+            headline=[
+                {
+                    "table": 0,
+                    "columns": [
+                        "active accelerators",
+                        "median sampling s",
+                        "wall ratio",
+                        "median CPU s",
+                        "CPU ratio",
+                    ],
+                }
+            ],
         )
     return 0
 

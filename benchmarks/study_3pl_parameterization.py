@@ -191,7 +191,6 @@ def report(saved: list[dict]) -> None:
                     "design",
                     "variant",
                     "seed",
-                    "fit s",
                     "max R-hat",
                     "min bulk ESS",
                     "divergences",

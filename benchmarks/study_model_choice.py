@@ -97,7 +97,9 @@ def report(saved: list[dict]) -> None:
         "Model choice by PSIS-LOO on real matrices",
         "\n\n".join([setup, table(saved), whys]),
         run=last_run(saved),
-        headline=[0],
+        headline=[
+            {"table": 0, "columns": ["data", "candidate", "elpd_diff", "converged", "kept"]}
+        ],
     )
 
 
