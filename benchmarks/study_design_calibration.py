@@ -159,6 +159,19 @@ def interval_widths(res) -> tuple[float, float]:
 
 
 TITLE = "GPQA: scoring calibration and Bayesian MDAD"
+#: The columns of the coverage table the report's index shows.
+HEADLINE = [
+    {
+        "table": 0,
+        "columns": [
+            "subset",
+            "pooled recalibrated",
+            "in 85-95%?",
+            "pooled plain",
+            "width / Wilson width",
+        ],
+    }
+]
 
 
 def current_body() -> str:
@@ -414,18 +427,7 @@ has a standard error of about 3 points, and the rows share the same llms. Calibr
             "study_design_calibration",
             TITLE,
             body,
-            headline=[
-                {
-                    "table": 0,
-                    "columns": [
-                        "subset",
-                        "pooled recalibrated",
-                        "in 85-95%?",
-                        "pooled plain",
-                        "width / Wilson width",
-                    ],
-                }
-            ],
+            headline=HEADLINE,
         )
         print(scoring)
         return
@@ -502,18 +504,7 @@ Random: the Bayesian interval overlaps the study's CI at {sum(overlaps)} of {len
         "study_design_calibration",
         TITLE,
         body,
-        headline=[
-            {
-                "table": 0,
-                "columns": [
-                    "subset",
-                    "pooled recalibrated",
-                    "in 85-95%?",
-                    "pooled plain",
-                    "width / Wilson width",
-                ],
-            }
-        ],
+        headline=HEADLINE,
     )
     print(body)
 
