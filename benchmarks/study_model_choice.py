@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 from _report import MATRICES, check_names, last_run, rows_note, run_rows, write_section  # noqa: E402
 
 RESULTS = HERE / "results" / "model_choice.json"
-DEFAULT_CANDIDATES = "1pl,2pl,2pl-md:2,2pl-md:3,2pl-md:4"
+from bayes_microbench.irt.choice import DEFAULT_CANDIDATES  # noqa: E402
 
 
 def one(data: str, candidates: str, seed: int) -> dict:
@@ -97,16 +97,14 @@ def report(saved: list[dict]) -> None:
         "Model choice by PSIS-LOO on real matrices",
         "\n\n".join([setup, table(saved), whys]),
         run=last_run(saved),
-        headline=[
-            {"table": 0, "columns": ["data", "candidate", "elpd_diff", "converged", "kept"]}
-        ],
+        headline=[{"table": 0, "columns": ["data", "candidate", "elpd_diff", "converged", "kept"]}],
     )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="ifeval,gpqa")
-    parser.add_argument("--candidates", default=DEFAULT_CANDIDATES)
+    parser.add_argument("--candidates", default=",".join(DEFAULT_CANDIDATES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--one", nargs=3, metavar=("DATA", "CANDIDATES", "SEED"))
     parser.add_argument("--report-only", action="store_true")

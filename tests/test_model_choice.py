@@ -9,6 +9,7 @@ from bayes_microbench import save_responses, simulate_responses
 from bayes_microbench.cli import main
 from bayes_microbench.exceptions import ConfigurationError
 from bayes_microbench.irt.choice import (
+    DEFAULT_CANDIDATES,
     SMALL_ELPD,
     choose,
     parse_candidate,
@@ -21,6 +22,7 @@ def test_candidates_parse_and_bad_ones_are_named():
     assert parse_candidate("2pl-md") == ("2pl-md", {"n_dims": 2})
     assert parse_candidate(" 1pl ") == ("1pl", {})
     assert parse_candidates("1pl, 2pl,2pl-md:2") == ["1pl", "2pl", "2pl-md:2"]
+    assert parse_candidates() == list(DEFAULT_CANDIDATES)
     for bad, match in (
         ("4pl,2pl", "candidates: '4pl' is not a model"),
         ("2pl-md:0,2pl", "whole number >= 1"),

@@ -127,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
 def _rank_candidates(args: argparse.Namespace) -> int:
     """``check --responses``: fit the candidates by default, rank them by PSIS-LOO."""
     from ..io import load_responses
-    from ..irt.choice import DEFAULT_CANDIDATES, compare_candidates, parse_candidates
+    from ..irt.choice import compare_candidates, parse_candidates
 
-    candidates = parse_candidates(args.candidates or ",".join(DEFAULT_CANDIDATES))
+    candidates = parse_candidates(args.candidates)
     resp = load_responses(args.responses, args.items)
     _, report = compare_candidates(
         resp,

@@ -162,9 +162,9 @@ def run(args: argparse.Namespace) -> int:
                     f"{name} {value}: --model auto compares NUTS fits with each model's own "
                     f"parameterization; drop {name}"
                 )
-        from ..irt.choice import DEFAULT_CANDIDATES, parse_candidates
+        from ..irt.choice import parse_candidates
 
-        candidates = parse_candidates(args.candidates or ",".join(DEFAULT_CANDIDATES))
+        candidates = parse_candidates(args.candidates)
     elif args.candidates is not None:
         raise UserInputError(
             f"--candidates applies only to --model auto (got --model {args.model}); drop it"

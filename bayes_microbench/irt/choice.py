@@ -67,8 +67,11 @@ def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
     )
 
 
-def parse_candidates(texts: Any) -> list[str]:
-    """Candidates from a comma-separated string or a sequence, checked, duplicates refused."""
+def parse_candidates(texts: Any = None) -> list[str]:
+    """Candidates from a comma-separated string or a sequence (None: :data:`DEFAULT_CANDIDATES`),
+    checked, duplicates refused."""
+    if texts is None:
+        texts = DEFAULT_CANDIDATES
     items = [t.strip() for t in texts.split(",")] if isinstance(texts, str) else list(texts)
     items = [t for t in items if t]
     for t in items:
