@@ -72,3 +72,113 @@ def test_fit_extending_draws_refits_until_converged_or_the_budget(monkeypatch):
         warnings.simplefilter("error")  # a fit that converges says nothing
         fit = M.fit_extending_draws(resp, "2pl", draws=8000, budget=8000)
     assert calls == [8000] and fit.converged
+
+
+def _fake_nuts(monkeypatch, verdicts, calls):
+    """A stand-in for NUTS whose diagnostics depend on (parameterization, prior) only."""
+
+    def fake_fit(self, method, *, draws=1000, parameterization="auto", **kwargs):
+        if parameterization == "auto":
+            parameterization = self.policy("nuts").parameterization
+        key = (parameterization, self.config.discrimination_prior)
+        calls.append(key)
+        self.diagnostics = summary(**verdicts[key])
+        self.parameterization = parameterization
+        self.wall_seconds = 1.0
+        self.idata = object()
+        if not self.diagnostics.ok:
+            warnings.warn(f"not converged in {key}", ConvergenceWarning, stacklevel=2)
+        return self
+
+    monkeypatch.setattr(M.IRTModel, "fit", fake_fit)
+
+
+SMALL = ("decoupled-nc", "lognormal"), ("decoupled", "lognormal"), ("decoupled", "truncated-normal")
+
+
+def test_fit_default_tries_the_remedies_in_order_and_keeps_the_first_converged(monkeypatch):
+    calls = []
+    verdicts = dict(zip(SMALL, [{"rhat": 1.06}, {"divergences": 98}, {}], strict=True))
+    _fake_nuts(monkeypatch, verdicts, calls)
+    resp = simulate_responses("gpqa", n_llms=12, n_items=10, random_seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the kept fit converged: nothing is said
+        fit = M.fit_default(resp, "2pl", random_seed=3)
+    assert calls == list(SMALL)
+    assert fit.converged and fit.parameterization == "decoupled"
+    assert fit.config.discrimination_prior == "truncated-normal"
+    refits = fit.fit_info["refits"]
+    assert [r["settings"] for r in refits] == [
+        {},
+        {"parameterization": "decoupled"},
+        {"parameterization": "decoupled", "discrimination_prior": "truncated-normal"},
+    ]
+    assert [r["converged"] for r in refits] == [False, False, True]
+    assert fit.fit_info["wall_seconds_all"] == 3.0
+    assert fit.fit_info["random_seed_drawn"] is False
+
+
+def test_fit_default_keeps_the_best_unconverged_fit_and_warns_once(monkeypatch):
+    calls = []
+    verdicts = dict(
+        zip(SMALL, [{"rhat": 1.06}, {"rhat": 1.02, "divergences": 5}, {"rhat": 1.3}], strict=True)
+    )
+    _fake_nuts(monkeypatch, verdicts, calls)
+    resp = simulate_responses("gpqa", n_llms=12, n_items=10, random_seed=0)
+    with pytest.warns(ConvergenceWarning) as said:
+        fit = M.fit_default(resp, "2pl", random_seed=3)
+    # no divergences beats a lower R-hat with divergences; then the lower R-hat wins
+    assert fit.parameterization == "decoupled-nc" and fit.diagnostics.max_rhat == 1.06
+    assert [str(w.message) for w in said] == ["not converged in ('decoupled-nc', 'lognormal')"]
+    assert len(fit.fit_info["refits"]) == 3
+
+
+def test_fit_default_refits_only_what_the_caller_left_to_it(monkeypatch):
+    calls = []
+    verdicts = {k: {"rhat": 1.06} for k in SMALL}
+    verdicts[("non-centered", "truncated-normal")] = {"rhat": 1.06}
+    _fake_nuts(monkeypatch, verdicts, calls)
+    resp = simulate_responses("gpqa", n_llms=12, n_items=10, random_seed=0)
+    with pytest.warns(ConvergenceWarning):
+        M.fit_default(resp, "2pl", random_seed=0, parameterization="decoupled-nc")
+    assert calls == [SMALL[0]]  # a parameterization given: no refit
+    calls.clear()
+    with pytest.warns(ConvergenceWarning):
+        M.fit_default(resp, "2pl", {"discrimination_prior": "truncated-normal"}, random_seed=0)
+    assert calls == [("non-centered", "truncated-normal")]  # a prior given: no refit
+    calls.clear()
+    with pytest.warns(ConvergenceWarning):
+        fit = M.fit_default(resp, "2pl", random_seed=0, refit_seconds=0.5)
+    assert calls == [SMALL[0]]  # the budget was spent by the first fit
+    assert [r.get("skipped", "")[:9] for r in fit.fit_info["refits"][1:]] == ["1 s spent"] * 2
+
+
+def test_fit_default_from_100_llms_tries_the_truncated_normal_prior(monkeypatch):
+    calls = []
+    verdicts = {("decoupled", "lognormal"): {"rhat": 1.013, "bulk": 200.0}}
+    verdicts[("decoupled", "truncated-normal")] = {}
+    _fake_nuts(monkeypatch, verdicts, calls)
+    resp = simulate_responses("gpqa", n_llms=120, n_items=10, random_seed=0)
+    fit = M.fit_default(resp, "2pl", random_seed=0, budget=1000)
+    assert calls == [("decoupled", "lognormal"), ("decoupled", "truncated-normal")]
+    assert fit.converged and fit.config.discrimination_prior == "truncated-normal"
+
+
+def test_refits_text_names_each_refit_in_the_callers_terms():
+    from bayes_microbench.irt.policy import refits_text
+
+    refits = [
+        {"settings": {}, "max_rhat": 1.06, "divergences": 0},
+        {"settings": {"parameterization": "decoupled"}, "max_rhat": 1.021, "divergences": 98},
+        {
+            "settings": {"discrimination_prior": "truncated-normal"},
+            "skipped": "950 s spent, budget 900 s",
+        },
+    ]
+    text = refits_text(refits)
+    assert text == (
+        "the default fit also tried parameterization='decoupled' (max R-hat 1.021, 98 "
+        "divergences); config={'discrimination_prior': 'truncated-normal'} (not tried: 950 s "
+        "spent, budget 900 s)"
+    )
+    assert refits_text(refits[:1]) == ""

@@ -129,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
     from ..io import load_responses
     from ..irt import IRTModel
     from ..irt.config import IRTConfig, check_fit_settings
-    from ..irt.model import fit_extending_draws
-    from ..irt.policy import remedy_text
+    from ..irt.model import fit_default
+    from ..irt.policy import refits_text, remedy_text
 
     out = Path(args.output)
     if out.suffix.lower() not in (".nc", ".netcdf", ".h5"):
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
             )
         elif args.method == "nuts" and args.draws is None:
             # the data decide the chain length, within DRAWS_BUDGET draws per chain
-            model = fit_extending_draws(resp, args.model, config or None, **settings)
+            model = fit_default(resp, args.model, config or None, **settings)
         else:
             model = IRTModel(resp, args.model, config=config or None)
             model.fit(args.method, draws=args.draws or 1000, **settings)
@@ -264,6 +264,15 @@ def run(args: argparse.Namespace) -> int:
                 f"  max R-hat {diag.max_rhat:.4f}, min bulk ESS {diag.min_ess_bulk:.0f}, "
                 f"min tail ESS {diag.min_ess_tail:.0f}, divergences {diag.divergences}"
             )
+        refits = model.fit_info.get("refits") or []
+        if len(refits) > 1 and converged:
+            first = refits[0]
+            print(
+                f"  the default {first['parameterization']} fit missed (max R-hat "
+                f"{first['max_rhat']:.3f}, {first['divergences']} divergences); kept the refit "
+                f"in {model.parameterization} with the {model.config.discrimination_prior} "
+                "discrimination prior"
+            )
         if written:
             print(f"  posterior written to {out}")
     if not converged:
@@ -274,6 +283,8 @@ def run(args: argparse.Namespace) -> int:
             else f"not written; rerun with {remedy}, or pass --allow-unconverged"
         )
         hint = remedy_text(model.policy()) if diag is not None else ""
+        if len(model.fit_info.get("refits") or []) > 1:
+            hint = refits_text(model.fit_info["refits"])
         print(
             f"bayes-microbench: {'warning' if written else 'error'}: the {args.method} fit did "
             f"not converge ({'; '.join(problems)}); posterior {action}"

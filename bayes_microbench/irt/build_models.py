@@ -69,8 +69,8 @@ logger = logging.getLogger(__name__)
 class ArtifactSpec:
     """How one shipped posterior is fitted.
 
-    ``default_fit``: the default ``fit`` (``fit_extending_draws``: ``draws`` is the
-    first attempt's, extended up to the budget); otherwise one NUTS fit of
+    ``default_fit``: the default ``fit`` (``fit_default``: ``draws`` is the
+    first attempt's, extended up to the budget, then the policy's refits); otherwise one NUTS fit of
     ``draws`` per chain with ``config``. ``thin=None`` thins to the file-size cap.
     """
 
@@ -293,7 +293,7 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS, loo: bool = False) -> d
     from ..exceptions import ConvergenceWarning, ResponsesError
     from ..io import load_responses, write_atomic
     from .checks import posterior_predictive_check
-    from .model import IRTModel, fit_extending_draws
+    from .model import IRTModel, fit_default
 
     path = DATA / spec.data
     if not path.exists():
@@ -305,7 +305,7 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS, loo: bool = False) -> d
     with warnings.catch_warnings():
         warnings.simplefilter("always", ConvergenceWarning)
         if spec.default_fit:
-            fit = fit_extending_draws(
+            fit = fit_default(
                 resp,
                 spec.model,
                 config or None,
@@ -372,6 +372,7 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS, loo: bool = False) -> d
         "config_hash": fit.config.hash(),
         "sampler": fit.sampler.to_dict() if fit.sampler else {},
         "attempts": fit.fit_info.get("attempts", []),
+        "refits": fit.fit_info.get("refits", []),
         "diagnostics": diag.to_dict(),
         "ppc": ppc.summary,
         "loo": loo_table,
@@ -411,11 +412,11 @@ def _loo_vs_1pl(fit: Any, resp: Any, spec: ArtifactSpec) -> list[dict[str, Any]]
     """PSIS-LOO of the fit beside the default 1PL's on the same responses, best first."""
     from ..exceptions import ConvergenceWarning
     from .checks import loo, loo_rows
-    from .model import fit_extending_draws
+    from .model import fit_default
 
     with warnings.catch_warnings():
         warnings.simplefilter("always", ConvergenceWarning)
-        one = fit_extending_draws(
+        one = fit_default(
             resp,
             "1pl",
             None,
@@ -459,7 +460,7 @@ def _card_markdown(c: dict[str, Any]) -> str:
         )
         population = "ability ~ Normal(0, 1)"
         per_dim = ""
-    attempts = _attempts_text(c.get("attempts") or [])
+    attempts = _attempts_text(c.get("attempts") or [], c.get("refits") or [])
     cal_sizes = "/".join(str(n) for n in c.get("calibration_sizes") or (25, 50, 100, 200))
     build_line = (
         f"the whole build (fit, checks, calibration, compaction check) took "
@@ -546,11 +547,31 @@ machine with 1-minute load average {c["load_average_1min"]} at the end of the fi
 {compaction}{loo}{heldout}"""
 
 
-def _attempts_text(attempts: list[dict[str, Any]]) -> str:
-    """The draws-extension attempts of a default fit, one line each (empty for one fit)."""
+def _attempts_text(attempts: list[dict[str, Any]], refits: list[dict[str, Any]] = ()) -> str:
+    """The default fit's refits and the kept fit's draws-extension attempts (empty for one fit)."""
+    lines = []
+    if len(refits) > 1:
+        lines += [
+            "",
+            "The default fit's refits (`irt.model.fit_default`: the policy's remedies, tried "
+            "in order until one converged):",
+            "",
+            "| settings | parameterization | draws per chain | max R-hat | divergences | converged |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in refits:
+            settings = ", ".join(f"{k}={v}" for k, v in r["settings"].items()) or "defaults"
+            if r.get("skipped"):
+                lines.append(f"| {settings} | not tried: {r['skipped']} | | | | |")
+                continue
+            tried = ", ".join(str(d) for d in r["draws_tried"])
+            lines.append(
+                f"| {settings} | {r['parameterization']} | {tried} | {r['max_rhat']:.4f} | "
+                f"{r['divergences']} | {'yes' if r['converged'] else 'no'} |"
+            )
     if not attempts:
-        return ""
-    lines = [
+        return "\n".join(lines) + "\n" if lines else ""
+    lines += [
         "",
         "The default fit's attempts (`irt.model.fit_extending_draws`: refitted with more "
         "draws per chain while only R-hat or ESS missed, up to the budget):",

@@ -146,7 +146,7 @@ def compare_candidates(
         entries a model does not use are left out for it.
     draws
         Draws per chain of every NUTS fit; ``None`` extends them as the default fit
-        does (:func:`~bayes_microbench.irt.model.fit_extending_draws`).
+        does (:func:`~bayes_microbench.irt.model.fit_default`).
     max_draws
         Posterior draws per PSIS-LOO.
     **fit_kwargs
@@ -162,7 +162,7 @@ def compare_candidates(
     ability dimension; MMLU: the 2PL), so the tool measures it instead of assuming it.
     """
     from .checks import loo, loo_rows
-    from .model import IRTModel, fit_extending_draws
+    from .model import IRTModel, fit_default
 
     order = parse_candidates(candidates)
     fits: dict[str, Any] = {}
@@ -180,7 +180,7 @@ def compare_candidates(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # recorded per candidate
             if draws is None:
-                fit = fit_extending_draws(responses, model, cfg or None, **fit_kwargs)
+                fit = fit_default(responses, model, cfg or None, **fit_kwargs)
             else:
                 fit = IRTModel(responses, model, config=cfg or None)
                 fit.fit("nuts", draws=draws, **fit_kwargs)

@@ -38,7 +38,11 @@ from .policy import SMALL_MATRIX_HINT
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ADAPTATIONS", "SMALL_MATRIX_HINT", "IRTModel", "fit_extending_draws"]
+__all__ = ["ADAPTATIONS", "SMALL_MATRIX_HINT", "IRTModel", "fit_default", "fit_extending_draws"]
+
+#: A default fit starts a remedy refit only while its attempts so far took less wall
+#: time than this (seconds): the refits of a large matrix cost many times its first fit.
+REFIT_BUDGET_SECONDS = 900.0
 
 #: Laplace builds a dense Hessian; above this many unconstrained parameters use ADVI.
 LAPLACE_MAX_DIM = 6000
@@ -683,6 +687,112 @@ def fit_extending_draws(
     for w in caught:  # the last attempt's warnings, said once
         warnings.warn(w.message, w.category, stacklevel=2)
     return fit
+
+
+def fit_default(
+    responses: Responses,
+    model: str,
+    config: dict[str, Any] | None = None,
+    *,
+    draws: int = 1000,
+    budget: int = DRAWS_BUDGET,
+    refit_seconds: float = REFIT_BUDGET_SECONDS,
+    **fit_kwargs: Any,
+) -> IRTModel:
+    """The default NUTS fit: :func:`fit_extending_draws`, then the policy's remedies.
+
+    Where the fit has not converged and the caller left both the parameterization
+    (``"auto"``) and the discrimination prior to the defaults, the refits of
+    :func:`~bayes_microbench.irt.policy.remedy_refits` run in order, each extending
+    its draws the same way, until one converges; a refit starts only while the
+    attempts so far took less than ``refit_seconds`` of wall time.
+
+    Parameters
+    ----------
+    responses, model, config, draws, budget, **fit_kwargs
+        As for :func:`fit_extending_draws`.
+    refit_seconds
+        Wall-time budget (seconds) after which no further refit starts.
+
+    Returns
+    -------
+    IRTModel
+        The first converged fit, else the best unconverged one (no divergences
+        first, then the lowest max R-hat). ``fit_info["refits"]`` lists every fit
+        tried (its settings and verdict, or why it was skipped) and
+        ``fit_info["wall_seconds_all"]`` their total wall time. The kept fit's
+        :class:`ConvergenceWarning`, if any, is raised once.
+
+    Why: below 100 llms no single parameterization converged on every real matrix,
+    but on each one something did (docs/decisions/0032-default-fit-tries-its-remedies.md);
+    a default fit should find it instead of naming it in an error.
+    """
+    from .policy import remedy_refits
+
+    drawn = fit_kwargs.get("random_seed") is None
+    fit_kwargs["random_seed"] = seed_or_fresh(fit_kwargs.get("random_seed"), "fit_default")
+    asked = fit_kwargs.get("parameterization", "auto")
+    defaults = asked == "auto" and "discrimination_prior" not in (config or {})
+
+    def one(cfg: dict[str, Any] | None, kwargs: dict[str, Any]) -> tuple[IRTModel, list[Any]]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            fit = fit_extending_draws(responses, model, cfg, draws=draws, budget=budget, **kwargs)
+        return fit, list(caught)
+
+    def record(fit: IRTModel, settings: dict[str, str]) -> dict[str, Any]:
+        d = fit.diagnostics
+        return {
+            "settings": settings,
+            "parameterization": fit.parameterization,
+            "converged": bool(fit.converged),
+            "max_rhat": None if d is None else d.max_rhat,
+            "divergences": None if d is None else d.divergences,
+            "draws_tried": fit.fit_info.get("draws_tried", []),
+            "wall_seconds": fit.fit_info.get("wall_seconds_all"),
+        }
+
+    best, best_warnings = one(config, dict(fit_kwargs))
+    refits = [record(best, {})]
+    wall = float(best.fit_info.get("wall_seconds_all") or 0.0)
+    rungs = remedy_refits(best.policy("nuts")) if defaults and best.diagnostics is not None else []
+    for settings in rungs if not best.converged else []:
+        if wall >= refit_seconds:
+            refits.append(
+                {
+                    "settings": settings,
+                    "skipped": f"{wall:.0f} s spent, budget {refit_seconds:.0f} s",
+                }
+            )
+            continue
+        cfg = dict(config or {})
+        kwargs = dict(fit_kwargs)
+        if "discrimination_prior" in settings:
+            cfg["discrimination_prior"] = settings["discrimination_prior"]
+        if "parameterization" in settings:
+            kwargs["parameterization"] = settings["parameterization"]
+        logger.info("the default fit did not converge; refitting with %s", settings)
+        fit, caught = one(cfg, kwargs)
+        wall += float(fit.fit_info.get("wall_seconds_all") or 0.0)
+        refits.append(record(fit, settings))
+        if fit.converged or _fewer_problems(fit, best):
+            best, best_warnings = fit, caught
+        if fit.converged:
+            break
+    best.fit_info["refits"] = refits
+    best.fit_info["wall_seconds_all"] = round(wall, 3)
+    best.fit_info["random_seed_drawn"] = drawn
+    for w in best_warnings:
+        warnings.warn(w.message, w.category, stacklevel=2)
+    return best
+
+
+def _fewer_problems(fit: IRTModel, than: IRTModel) -> bool:
+    """Whether an unconverged ``fit`` is better than ``than``: no divergences, then a lower R-hat."""
+    a, b = fit.diagnostics, than.diagnostics
+    if a is None or b is None:
+        return False
+    return (a.divergences > 0, a.max_rhat) < (b.divergences > 0, b.max_rhat)
 
 
 def _prepare_jax_devices(chains: int) -> None:

@@ -4,12 +4,14 @@
 what the caller asked for) returning a :class:`Policy`: the parameterization and the
 mass-matrix adaptation ``"auto"`` resolves to, and the remedy an unconverged fit names.
 :func:`remedy_text` phrases the remedy, naming the settings as the caller spells them
-(parameters for the library, flags for the command).
+(parameters for the library, flags for the command); :func:`remedy_refits` lists the
+refits a default fit tries itself when it has not converged.
 
 Why: docs/decisions/0013-decoupled-parameterization-for-nuts.md (decoupled and
 ``draw_diag`` from 100 llms), docs/decisions/0014-decoupled-nc-below-100-llms-and-weak-3pl.md
 (decoupled-nc below, the weakly informed 3PL, the remedies) and
-docs/decisions/0025-irt-graph-blocks-and-one-policy.md (one function, not six members).
+docs/decisions/0025-irt-graph-blocks-and-one-policy.md (one function, not six members),
+docs/decisions/0032-default-fit-tries-its-remedies.md (the refits).
 """
 
 from __future__ import annotations
@@ -226,3 +228,41 @@ def remedy_text(policy: Policy, spell: Callable[[str, Any], str] = spell_paramet
     if policy.remedy == "centered-items":
         return SMALL_MATRIX_HINT.format(centered=spell("parameterization", "decoupled"))
     return ""
+
+
+def remedy_refits(policy: Policy) -> list[dict[str, str]]:
+    """The refits an unconverged default NUTS fit tries, in order, as changed settings.
+
+    Each entry holds ``parameterization`` and/or ``discrimination_prior``; empty
+    when the policy knows no remedy that a refit can apply (a 3PL's floor misfit
+    asks for another model). Why this order: the centered items mixed better on
+    every small matrix measured and the truncated normal removed the divergences
+    where they appeared (docs/decisions/0032-default-fit-tries-its-remedies.md).
+    """
+    if policy.remedy == "centered-items":
+        return [
+            {"parameterization": "decoupled"},
+            {"parameterization": "decoupled", "discrimination_prior": "truncated-normal"},
+        ]
+    if policy.remedy == "truncated-normal":
+        return [{"discrimination_prior": "truncated-normal"}]
+    return []
+
+
+def refits_text(
+    refits: list[dict[str, Any]], spell: Callable[[str, Any], str] = spell_parameter
+) -> str:
+    """What a default fit tried after its first fit, in one clause ("" when nothing).
+
+    ``refits``: ``fit_info["refits"]`` (:func:`~bayes_microbench.irt.model.fit_default`).
+    """
+    tried = []
+    for r in refits[1:]:
+        settings = ", ".join(spell(k, v) for k, v in r["settings"].items())
+        if r.get("skipped"):
+            tried.append(f"{settings} (not tried: {r['skipped']})")
+        else:
+            tried.append(
+                f"{settings} (max R-hat {r['max_rhat']:.3f}, {r['divergences']} divergences)"
+            )
+    return "the default fit also tried " + "; ".join(tried) if tried else ""
