@@ -133,11 +133,11 @@ def default_fit(model: str = "2pl") -> Callable[[Responses, int], FittedPosterio
 
     def fit(train: Responses, seed: int) -> FittedPosterior:
         from .irt.calibration import calibrate_fitted
-        from .irt.model import fit_extending_draws
+        from .irt.model import fit_default
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # reported below, once
-            irt = fit_extending_draws(train, model, random_seed=seed, progressbar=False)
+            irt = fit_default(train, model, random_seed=seed, progressbar=False)
         converged = irt.converged
         note = ""
         if converged is False:

@@ -122,8 +122,6 @@ def report(rows: list[dict]) -> None:
                     "matrix",
                     "model",
                     "seed",
-                    "llms x items",
-                    "attempts",
                     "fit s (all attempts)",
                     "all: converged",
                     "sampled: converged",

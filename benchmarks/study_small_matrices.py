@@ -161,14 +161,11 @@ def report(saved: list[dict]) -> None:
                 "table": 0,
                 "columns": [
                     "data",
-                    "llms x items",
                     "variant",
-                    "fit s",
                     "max R-hat",
                     "min bulk ESS",
                     "divergences",
                     "converged",
-                    "load",
                 ],
             }
         ],
