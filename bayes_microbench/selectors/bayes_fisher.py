@@ -25,6 +25,13 @@ population centre (:func:`linearized_weights`): close to the discriminations
 for small subsets (under a 2PL the discrimination-weighted score is sufficient
 for ability), uniform as the subset approaches the full set. The design tools
 evaluate designs through these weights.
+
+A ``2pl-md`` posterior (``with_item_draws(draws)``, ``draws.n_dims > 1``) is
+selected in ``D`` dims (:func:`md_order_fn`): by default the accuracy
+(Bayesian c-optimal) criterion, the expected linearized posterior variance of
+the full-benchmark accuracy, or ``md_criterion="d-optimal"``; the weights and
+the estimator in ``D`` dims too. The quick item posterior stays 1-D
+(docs/decisions/0031-bayesian-selectors-in-d-dimensions.md).
 """
 
 from __future__ import annotations
