@@ -25,9 +25,15 @@ posterior-mean items: Fluid Benchmarking's); ``random`` a seeded random order.
 With a saved population, ``goal`` also counts the widening the interval at
 the stop gets for the subset asked (:meth:`Population.excess_if_added`), so
 that it does not chase items whose misfit the interval must then carry
-(docs/decisions/0020-adaptive-rules-see-the-subset-excess.md). Only 1-D models (1PL/2PL/3PL): a
-``2pl-md`` posterior is refused, because Fisher information and the rank
-rule's one-number ability need a 1-D ability.
+(docs/decisions/0020-adaptive-rules-see-the-subset-excess.md).
+
+A ``2pl-md`` posterior (``D`` ability dims) works as a 1-D one: the ability
+posterior is the ``D``-dim one scoring uses (:func:`~bayes_microbench.ability.ability_posterior_samples`
+on :func:`~bayes_microbench.ability.scoring_grid`), the ``goal`` rules read only
+P(correct) under the joint draws and so are unchanged, and ``fisher`` becomes
+the ``D``-dim c-optimal rule (:meth:`AdaptiveState._fisher`); as in ``score``,
+no subset widening is added for it
+(docs/decisions/0031-bayesian-selectors-in-d-dimensions.md).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import numpy as np
 
 from ._defaults import DEFAULT_CI_PROB, DEFAULT_RANK_PROB
 from ._validate import param, step
-from .ability import ability_grid, ability_posterior_samples
+from .ability import ability_grid, ability_posterior_samples, scoring_grid
 from .exceptions import UserInputError
 from .misfit import Misfit
 from .posterior import ItemDraws, item_draws
@@ -65,11 +71,14 @@ def posterior_fingerprint(draws: ItemDraws) -> str:
     """A short hash of the item ids and the posterior-mean item parameters.
 
     Why: a saved state is resumed only against the posterior it was written with.
+    A ``2pl-md`` posterior's mean loadings enter too (a 1-D fingerprint is unchanged).
     """
     h = hashlib.sha256()
     h.update("\x1f".join(str(i) for i in draws.items).encode())
     for arr in (draws.difficulty, draws.discrimination, draws.guessing):
         h.update(np.round(arr.mean(axis=0), 8).tobytes())
+    if draws.loadings is not None:
+        h.update(np.round(draws.loadings.mean(axis=0), 8).tobytes())
     return h.hexdigest()[:16]
 
 
@@ -139,8 +148,8 @@ class AdaptiveState:
     Parameters
     ----------
     posterior
-        An item posterior that :func:`~bayes_microbench.posterior.item_draws` accepts
-        (1-D models only).
+        An item posterior that :func:`~bayes_microbench.posterior.item_draws` accepts,
+        a ``2pl-md`` one included (any model ``score`` accepts).
     settings
         The goal and stopping rules (:class:`Settings`).
     misfit
@@ -169,14 +178,7 @@ class AdaptiveState:
         if isinstance(self.posterior, ItemDraws):
             self.draws = self.posterior
         else:
-            ds = self.posterior
-            if "discrimination" in ds and "dim" in ds["discrimination"].dims:
-                raise UserInputError(
-                    "posterior: a '2pl-md' posterior; adaptive selection needs a 1-D ability "
-                    "(Fisher information and the rank rule): use a 1PL/2PL/3PL posterior "
-                    "such as models/gpqa-2pl.nc"
-                )
-            self.draws = item_draws(ds, max_draws=self.max_draws)
+            self.draws = item_draws(self.posterior, max_draws=self.max_draws, multidim=True)
         self.draws.check_interval_draws()
         self.fingerprint = posterior_fingerprint(self.draws)
         self._index = {str(item): k for k, item in enumerate(self.draws.items)}
@@ -188,8 +190,11 @@ class AdaptiveState:
         self._pool = pool
         self._mean = self.draws.mean()
         pop = None if self.misfit is None else self.misfit.population
-        #: the saved population and the posterior's items' positions in it (None: no widening)
-        self._pop_positions = None if pop is None else pop.positions(self.draws.items)
+        #: the saved population and the posterior's items' positions in it (None: no widening;
+        #: a 2pl-md posterior gets none, as in score)
+        self._pop_positions = (
+            None if pop is None or self.draws.n_dims > 1 else pop.positions(self.draws.items)
+        )
         self._ref_draws: np.ndarray | None = None
         if self.settings.goal == "rank":
             if self.reference is None:
@@ -255,8 +260,9 @@ class AdaptiveState:
     def _accuracy_draws(
         self, answers: Mapping[str, int], seed_offset: int = 0, keep: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Full-benchmark accuracy draws (calibrated when a misfit is set), ability draws,
-        and the observed mask, as ``score`` computes them."""
+        """Full-benchmark accuracy draws (calibrated when a misfit is set), ability draws
+        (``(S,)``, or ``(S, D)`` for a ``2pl-md`` posterior), and the observed mask, as
+        ``score`` computes them."""
         d = self.draws
         rng = np.random.default_rng([self.settings.seed, len(answers), seed_offset])
         y = np.full((1, d.n_items), np.nan)
@@ -265,11 +271,12 @@ class AdaptiveState:
         observed = ~np.isnan(y)
         used = np.nonzero(observed[0])[0]
         if len(used):
+            grid = ability_grid() if d.n_dims == 1 else scoring_grid(None, d.n_dims)
             ability, _ = ability_posterior_samples(
-                d.subset(used), y[:, used], grid=ability_grid(), random_seed=rng
+                d.subset(used), y[:, used], grid=grid, random_seed=rng
             )
-        else:  # no answers yet: the population prior, normal(0, 1)
-            ability = rng.standard_normal((d.n_draws, 1))
+        else:  # no answers yet: the population prior, normal(0, 1) (normal(0, I_D))
+            ability = rng.standard_normal((d.n_draws, 1, *([d.n_dims] if d.n_dims > 1 else [])))
         # as scoring._unobserved_hits, keeping P(correct) for the selection rules
         prob = d.prob(ability, dtype=np.float32)[:, 0, :]
         unobs = ~observed[0]
@@ -294,6 +301,8 @@ class AdaptiveState:
         ``interval_kind`` (``calibrated`` or ``raw``), ``items_used``, ``goal_met``,
         ``stopped`` (``goal``, ``budget`` or ``None``) and, for ``rank``,
         ``p_above`` and ``decision`` (``above`` / ``below`` / ``undecided``).
+        For a ``2pl-md`` posterior ``ability_mean`` and ``ability_sd`` are lists, one
+        value per dim.
         """
         if self._cache is not None and self._cache[0] == self.n_used:
             return dict(self._cache[1])
@@ -306,8 +315,8 @@ class AdaptiveState:
             "goal": s.goal,
             "items_used": self.n_used,
             "minimum": self.minimum,
-            "ability_mean": float(ability.mean()),
-            "ability_sd": float(ability.std()),
+            "ability_mean": _per_dim(ability.mean(axis=0)),
+            "ability_sd": _per_dim(ability.std(axis=0)),
             "accuracy_mean": float(acc.mean()),
             "accuracy_lower": float(lo),
             "accuracy_upper": float(hi),
@@ -379,6 +388,9 @@ class AdaptiveState:
         return np.maximum(excess, 0.0) * rest**2
 
     def _fisher(self, cand: np.ndarray) -> np.ndarray:
+        """Fisher information at the posterior-mean ability (``D`` dims: :meth:`_c_optimal`)."""
+        if self.draws.n_dims > 1:
+            return self._c_optimal(cand)
         theta = np.array([[float(self._ability.mean())]])
         m = self._mean.subset(cand)
         p = m.prob(theta)[0, 0]
@@ -386,6 +398,30 @@ class AdaptiveState:
         a = m.discrimination[0]
         q = np.clip((p - c) / np.maximum(1 - c, 1e-12), 1e-12, 1)
         return np.asarray(a**2 * (1 - p) / np.maximum(p, 1e-12) * q**2)
+
+    def _c_optimal(self, cand: np.ndarray) -> np.ndarray:
+        """The ``D``-dim Fisher rule: the reduction of ``gᵀ Σ g`` by each candidate.
+
+        ``Σ`` is the covariance of the ability draws, ``g`` the gradient of the
+        expected number correct on the unobserved items and ``I_i = w_i a_i a_iᵀ``
+        the candidate's information, all at the posterior-mean ability and items;
+        by Sherman-Morrison ``gᵀ Σ g - gᵀ (Σ⁻¹ + I_i)⁻¹ g = w_i (gᵀ Σ a_i)² / (1 +
+        w_i a_iᵀ Σ a_i)``. With one dim it orders items as Fisher information does.
+        """
+        m = self._mean
+        assert m.loadings is not None
+        ability = self._ability  # (S, D)
+        theta = ability.mean(axis=0)
+        cov = np.atleast_2d(np.cov(ability, rowvar=False))
+        p = m.prob(theta[None, None, :])[0, 0]
+        c = m.guessing[0]
+        lam = m.loadings[0]  # (I, D)
+        dp = (p - c) * (1 - p) / np.maximum(1 - c, 1e-12)
+        w = dp**2 / np.maximum(p * (1 - p), 1e-12)
+        g = dp[~self._observed()] @ lam[~self._observed()]
+        sg, lc = cov @ g, lam[cand]
+        num = w[cand] * (lc @ sg) ** 2
+        return np.asarray(num / (1 + w[cand] * np.einsum("id,de,ie->i", lc, cov, lc)))
 
     def _particles(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """P(correct) of every unobserved item under each joint draw ``(S, I)`` and its sums."""
@@ -525,6 +561,12 @@ class AdaptiveState:
         if not isinstance(data, dict):
             raise UserInputError(f"{path}: not an adaptive state (expected a JSON object)")
         return cls.from_dict(data, posterior, misfit, where=path)
+
+
+def _per_dim(x: np.ndarray) -> float | list[float]:
+    """A 1-D ability summary as a float; a ``2pl-md`` one as a list (JSON-ready)."""
+    x = np.asarray(x, dtype=np.float64)
+    return float(x) if x.ndim == 0 else [float(v) for v in x]
 
 
 def run_replay(

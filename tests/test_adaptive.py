@@ -155,11 +155,12 @@ def test_rank_goal_decides_against_a_distant_reference(sim):
         assert final["items_used"] < 100
 
 
-def test_multidimensional_posterior_is_refused(sim):
+def test_a_multidimensional_posterior_without_intercepts_is_refused(sim):
+    """md posteriors are accepted (tests/test_adaptive_md.py); a damaged one is one line."""
     _, _, post = sim
     md = post.copy()
     md["discrimination"] = md["discrimination"].expand_dims({"dim": 2}, axis=-1)
-    with pytest.raises(UserInputError, match="2pl-md"):
+    with pytest.raises(UserInputError, match="'2pl-md' posterior without 'intercept'"):
         AdaptiveState(md)
 
 

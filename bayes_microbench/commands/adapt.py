@@ -16,6 +16,9 @@ Both stop at ``--budget`` items and never before ``--minimum``.
 ``--replay FULL.csv [--llm NAME]`` simulates the loop for every llm of a
 complete responses file (or one), answering from it, and writes each
 trajectory to ``--output``.
+
+Any posterior ``score`` accepts, a ``2pl-md`` one included (its ability is
+``D``-dim; ``--rule fisher`` is then the ``D``-dim c-optimal rule).
 """
 
 from __future__ import annotations
@@ -160,11 +163,6 @@ def run(args: argparse.Namespace) -> int:
         rule=args.rule,
         seed=args.seed,
     )
-    if "discrimination" in posterior and "dim" in posterior["discrimination"].dims:
-        raise UserInputError(
-            f"--posterior {args.posterior}: a '2pl-md' posterior; adapt needs a 1-D ability "
-            "(Fisher information and the rank rule): use a 1PL/2PL/3PL posterior"
-        )
     index = {str(i) for i in posterior["item"].to_numpy()}
     reference = None
     if args.reference is not None:

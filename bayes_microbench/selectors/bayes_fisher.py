@@ -25,6 +25,13 @@ population centre (:func:`linearized_weights`): close to the discriminations
 for small subsets (under a 2PL the discrimination-weighted score is sufficient
 for ability), uniform as the subset approaches the full set. The design tools
 evaluate designs through these weights.
+
+A ``2pl-md`` posterior (``with_item_draws(draws)``, ``draws.n_dims > 1``) is
+selected in ``D`` dims (:func:`md_order_fn`): by default the accuracy
+(Bayesian c-optimal) criterion, the expected linearized posterior variance of
+the full-benchmark accuracy, or ``md_criterion="d-optimal"``; the weights and
+the estimator in ``D`` dims too. The quick item posterior stays 1-D
+(docs/decisions/0031-bayesian-selectors-in-d-dimensions.md).
 """
 
 from __future__ import annotations
@@ -39,9 +46,17 @@ import numpy as np
 import xarray as xr
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.optimize import minimize
+from scipy.special import ndtri
 
 from .. import response_model
-from ..ability import ability_grid, ability_posterior_samples
+from .._validate import param
+from ..ability import (
+    CHUNK_CELLS,
+    MAX_GRID_DIMS,
+    ability_grid,
+    ability_posterior_samples,
+    scoring_grid,
+)
 from ..exceptions import UserInputError
 from ..posterior import ItemDraws, item_draws
 from ._cluster import single_blas_thread
@@ -51,6 +66,9 @@ logger = logging.getLogger(__name__)
 
 N_POSTERIOR_DRAWS = 100
 N_POPULATION_NODES = 20
+#: Population nodes above :data:`~bayes_microbench.ability.MAX_GRID_DIMS` ability dims:
+#: a scrambled Sobol set (seed 0, so the selection is deterministic) mapped to Normal(0, I_D).
+N_QMC_NODES = 256
 
 
 # ------------------------------------------------------------ quick item posterior
@@ -247,6 +265,143 @@ def information(draws: ItemDraws, theta: np.ndarray) -> np.ndarray:
     return np.nan_to_num(info).mean(axis=0)
 
 
+def population_nodes(
+    n_dims: int, n_nodes: int = N_POPULATION_NODES
+) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes ``(T, D)`` and weights ``(T,)`` (summing to 1) of the population ``Normal(0, I_D)``.
+
+    Up to :data:`~bayes_microbench.ability.MAX_GRID_DIMS` dims the product of
+    ``n_nodes`` Gauss-Hermite nodes per dim (one dim: the 1-D selector's nodes);
+    above, :data:`N_QMC_NODES` scrambled Sobol points (seed 0) with equal weights.
+    Why: docs/decisions/0031-bayesian-selectors-in-d-dimensions.md.
+    """
+    x, w = hermegauss(n_nodes)
+    w = w / w.sum()
+    if n_dims <= MAX_GRID_DIMS:
+        mesh = np.meshgrid(*([x] * n_dims), indexing="ij")
+        wmesh = np.meshgrid(*([w] * n_dims), indexing="ij")
+        nodes = np.stack([m.ravel() for m in mesh], axis=1)
+        return nodes, np.prod(np.stack([m.ravel() for m in wmesh]), axis=0)
+    from scipy.stats import qmc
+
+    m = int(np.log2(N_QMC_NODES))
+    q = qmc.Sobol(d=n_dims, scramble=True, rng=np.random.default_rng(0)).random_base2(m)
+    return ndtri(np.clip(q, 1e-12, 1 - 1e-12)), np.full(len(q), 1.0 / len(q))
+
+
+def information_md(
+    draws: ItemDraws, nodes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The D-dim item information, accuracy gradient and Bernoulli variance at each node.
+
+    Parameters
+    ----------
+    draws
+        A ``2pl-md`` item posterior (``loadings`` set).
+    nodes
+        ``(T, D)`` abilities.
+
+    Returns
+    -------
+    info : ndarray, (T, I, D, D)
+        ``E_draws[ w a aᵀ ]`` with ``w = (dp/dη)² / (p (1 - p))`` (``p (1 - p)``
+        without a floor): the Fisher information of each item about the ability.
+    grad : ndarray, (T, I, D)
+        ``E_draws[ dp_i/dθ ]``: each item's share of the gradient of the number correct.
+    bern : ndarray, (T, I)
+        ``E_draws[ p (1 - p) ]``: each item's Bernoulli variance.
+    """
+    assert draws.loadings is not None
+    n_t, (n_s, n_i, n_d) = len(nodes), draws.loadings.shape
+    info = np.zeros((n_i, n_t, n_d * n_d))
+    grad = np.zeros((n_i, n_t, n_d))
+    bern = np.zeros((n_t, n_i))
+    chunk = max(1, CHUNK_CELLS // max(1, n_t * n_i))
+    for start in range(0, n_s, chunk):  # chunks bound memory; each is a batched product
+        sl = slice(start, min(n_s, start + chunk))
+        sub = draws.select_draws(sl)
+        p = sub.prob(nodes[None])  # (s, T, I)
+        c = sub.guessing[:, None, :]
+        dp = (p - c) * (1 - p) / (1 - c)  # dp / d logit
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.nan_to_num(dp**2 / (p * (1 - p)))
+        lam = sub.loadings  # (s, I, D)
+        assert lam is not None
+        outer = (lam[..., :, None] * lam[..., None, :]).reshape(len(lam), n_i, -1)
+        # per item: (T, s) @ (s, D*D) and (T, s) @ (s, D), batched over the items
+        info += np.matmul(w.transpose(2, 1, 0), outer.transpose(1, 0, 2))
+        grad += np.matmul(dp.transpose(2, 1, 0), lam.transpose(1, 0, 2))
+        bern += (p * (1 - p)).sum(axis=0)
+    info = info.transpose(1, 0, 2).reshape(n_t, n_i, n_d, n_d) / n_s
+    return info, grad.transpose(1, 0, 2) / n_s, bern / n_s
+
+
+#: The D-dim criteria of ``bayes-fisher``: ``accuracy`` (Bayesian c-optimal: the expected
+#: linearized posterior variance of the full-benchmark accuracy) and ``d-optimal``
+#: (``E log det``, the 1-D selector's criterion in D dims).
+MD_CRITERIA = ("accuracy", "d-optimal")
+#: The criterion a ``2pl-md`` posterior gets by default (measured:
+#: docs/decisions/0031-bayesian-selectors-in-d-dimensions.md).
+DEFAULT_MD_CRITERION = "accuracy"
+
+
+def md_order_fn(draws: ItemDraws, codes: np.ndarray, criterion: str = DEFAULT_MD_CRITERION) -> Any:
+    """The greedy order of ``bayes-fisher`` for a ``2pl-md`` posterior (``D`` ability dims).
+
+    Per population node ``t`` (:func:`population_nodes`) the state is the
+    inverse of the ability precision ``M_t = I_D + sum_S I_i(θ_t)`` (the prior
+    precision plus the chosen items' information, :func:`information_md`).
+    ``criterion="accuracy"`` minimizes
+    ``E_θ[ g_Sᶜᵀ M⁻¹ g_Sᶜ + sum_{Sᶜ} p (1 - p) ] / N²``: the linearized posterior
+    variance of the full-benchmark accuracy of the posterior-mean estimator
+    (``g_Sᶜ = sum_{i not in S} dp_i/dθ``; the unchosen items' Bernoulli noise);
+    ``"d-optimal"`` maximizes ``E_θ[ log det M ]`` (with one live dim: the 1-D
+    criterion exactly). Each step scores every candidate at once: with
+    ``A = M⁻¹ I_i``, ``det(M + I_i) = det M det(I + A)`` and
+    ``(M + I_i)⁻¹ = (I + A)⁻¹ M⁻¹`` (the matrix determinant lemma and the
+    Woodbury form of Sherman-Morrison for the rank-``D`` update), ``T x I`` small
+    ``D x D`` systems. Why: docs/decisions/0031-bayesian-selectors-in-d-dimensions.md.
+    """
+    if criterion not in MD_CRITERIA:
+        raise UserInputError(
+            f"{param('md_criterion', criterion)}: not a criterion of bayes-fisher in D dims; "
+            f"use one of {', '.join(MD_CRITERIA)}"
+        )
+    nodes, w = population_nodes(draws.n_dims)
+    info, grad, bern = information_md(draws, nodes)
+    n_t, n_d = len(nodes), draws.n_dims
+    eye = np.eye(n_d)
+
+    def order(n: int, quota: np.ndarray | None) -> np.ndarray:
+        def gain(state: tuple[np.ndarray, ...] | None) -> tuple[np.ndarray, Any]:
+            if state is None:
+                state = (
+                    np.broadcast_to(eye, (n_t, n_d, n_d)).copy(),
+                    grad.sum(axis=1),
+                    bern.sum(axis=1),
+                )
+            minv, g, b = state
+            lhs = eye + np.einsum("tde,tief->tidf", minv, info)  # I + M⁻¹ I_i: (T, I, D, D)
+            if criterion == "d-optimal":
+                score = w @ np.linalg.slogdet(lhs)[1]
+            else:
+                g_new = g[:, None, :] - grad  # the gradient of the rest after adding i
+                rhs = np.einsum("tde,tie->tid", minv, g_new)
+                x = np.linalg.solve(lhs, rhs[..., None])[..., 0]  # (M + I_i)⁻¹ g_new
+                var = (g_new * x).sum(axis=2) + (b[:, None] - bern)
+                score = -(w @ var)
+
+            def update(best: int) -> tuple[np.ndarray, ...]:
+                new = np.linalg.solve(lhs[:, best], minv)
+                return 0.5 * (new + np.swapaxes(new, 1, 2)), g - grad[:, best], b - bern[:, best]
+
+            return score, update
+
+        return greedy(gain, draws.n_items, n, codes, quota)
+
+    return order
+
+
 def quotas(codes: np.ndarray, n: int) -> np.ndarray:
     """Items per subtask for ``n`` items, proportional to subtask size (largest remainder)."""
     sizes = np.bincount(codes)
@@ -273,7 +428,15 @@ def linearized_weights(draws: ItemDraws, chosen: np.ndarray) -> np.ndarray:
     ``sum_{not S} p_j'`` per unit of ``θ``. So the weights are ``1 + κ h_i`` with
     ``κ = sum_{not S} p_j' / (1 + sum_S I_i)``, normalized: proportional to the
     discrimination-like ``h_i`` for small subsets, uniform when ``S`` is everything.
+
+    For a ``2pl-md`` posterior the same linearization in ``D`` dims:
+    ``θ̂`` moves by ``(I_D + sum_S I_i)⁻¹ h_i`` per correct answer (``h_i``, the
+    slopes ``dp_i/dθ`` and ``I_i = dp_i/dθ h_iᵀ`` now ``D``-vectors and a ``D x D``
+    matrix), so the weights are ``1 + h_iᵀ κ`` with
+    ``κ = (I_D + sum_S I_i)⁻¹ sum_{not S} dp_j/dθ`` (one live dim: the 1-D weights).
     """
+    if draws.loadings is not None:
+        return _linearized_weights_md(draws, chosen)
     mean = draws.mean()
     p = mean.prob(np.zeros((1, 1)))[0, 0]
     a, c = mean.discrimination[0], mean.guessing[0]
@@ -284,6 +447,24 @@ def linearized_weights(draws: ItemDraws, chosen: np.ndarray) -> np.ndarray:
     unchosen[chosen] = False
     kappa = slope[unchosen].sum() / (1.0 + info[chosen].sum())
     w = 1.0 + kappa * h[chosen]
+    w = np.maximum(w, 1e-12)
+    return w / w.sum()
+
+
+def _linearized_weights_md(draws: ItemDraws, chosen: np.ndarray) -> np.ndarray:
+    """:func:`linearized_weights` of a ``2pl-md`` posterior (at ``θ = 0``, posterior means)."""
+    mean = draws.mean()
+    assert mean.loadings is not None
+    lam = mean.loadings[0]  # (I, D)
+    p = mean.prob(np.zeros((1, 1, draws.n_dims)))[0, 0]
+    c = mean.guessing[0]
+    slope = ((p - c) * (1 - p) / (1 - c))[:, None] * lam  # dp/dθ: (I, D)
+    h = ((p - c) / ((1 - c) * np.maximum(p, 1e-300)))[:, None] * lam  # dp/dθ / (p (1 - p))
+    unchosen = np.ones(draws.n_items, dtype=bool)
+    unchosen[chosen] = False
+    precision = np.eye(draws.n_dims) + slope[chosen].T @ h[chosen]
+    kappa = np.linalg.solve(precision, slope[unchosen].sum(axis=0))
+    w = 1.0 + h[chosen] @ kappa
     w = np.maximum(w, 1e-12)
     return w / w.sum()
 
@@ -329,9 +510,11 @@ class PreparedBayes:
         """Posterior mean accuracy on the full seen set given the chosen items' responses."""
         y = np.asarray(target, dtype=np.float64)
         sub = self.draws.subset(selection.items)
-        ability, _ = ability_posterior_samples(sub, y, grid=ability_grid(), random_seed=0)
+        # a 2pl-md posterior: the D-dim ability posterior scoring uses
+        grid = ability_grid() if sub.n_dims == 1 else scoring_grid(None, sub.n_dims)
+        ability, _ = ability_posterior_samples(sub, y, grid=grid, random_seed=0)
         # expected correct on the unchosen seen items, per draw and target
-        p = self.draws.prob(ability)  # (S, L, N)
+        p = self.draws.prob(ability)  # (S, L, N); ability (S, L) or (S, L, D)
         unchosen = np.ones(self.n_seen, dtype=bool)
         unchosen[selection.items] = False
         expected = (p * unchosen).sum(axis=2).mean(axis=0)
@@ -360,15 +543,22 @@ class _BayesSelectorBase:
         self.subtask_balance = subtask_balance
         self.n_draws = n_draws
 
+    def _options(self) -> dict[str, Any]:
+        """The constructor arguments besides ``item_draws`` (what :meth:`with_item_draws` keeps)."""
+        return {
+            "model": self.model,
+            "n_options": self.n_options,
+            "subtask_balance": self.subtask_balance,
+            "n_draws": self.n_draws,
+        }
+
     def with_item_draws(self, draws: ItemDraws) -> _BayesSelectorBase:
-        """The same selector using a precomputed posterior over exactly the seen items."""
-        return type(self)(
-            item_draws=draws,
-            model=self.model,
-            n_options=self.n_options,
-            subtask_balance=self.subtask_balance,
-            n_draws=self.n_draws,
-        )
+        """The same selector using a precomputed posterior over exactly the seen items.
+
+        ``draws`` may be a ``2pl-md`` posterior (``draws.n_dims > 1``): the
+        selector then works in ``D`` dims (docs/decisions/0031).
+        """
+        return type(self)(item_draws=draws, **self._options())
 
     def _draws(self, source: np.ndarray, codes: np.ndarray, random_seed: Seed) -> ItemDraws:
         if self.item_draws is not None:
@@ -433,11 +623,30 @@ def greedy(
 
 
 class BayesFisherSelector(_BayesSelectorBase):
-    """Greedy Bayesian D-optimal design over the population (see the module docstring)."""
+    """Greedy Bayesian D-optimal design over the population (see the module docstring).
+
+    ``md_criterion``: the criterion for a ``2pl-md`` posterior (:data:`MD_CRITERIA`,
+    default :data:`DEFAULT_MD_CRITERION`; see :func:`md_order_fn`); a 1-D posterior
+    always gets the D-optimal criterion of the module docstring.
+    """
 
     name = "bayes-fisher"
 
+    def __init__(self, *, md_criterion: str = DEFAULT_MD_CRITERION, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if md_criterion not in MD_CRITERIA:
+            raise UserInputError(
+                f"{param('md_criterion', md_criterion)}: not a criterion of bayes-fisher in D "
+                f"dims; use one of {', '.join(MD_CRITERIA)}"
+            )
+        self.md_criterion = md_criterion
+
+    def _options(self) -> dict[str, Any]:
+        return {**super()._options(), "md_criterion": self.md_criterion}
+
     def _order_fn(self, draws: ItemDraws, codes: np.ndarray) -> Any:
+        if draws.n_dims > 1:
+            return md_order_fn(draws, codes, self.md_criterion)
         x, w = hermegauss(N_POPULATION_NODES)
         w = w / w.sum()
         info = information(draws, x)  # (T, I)
