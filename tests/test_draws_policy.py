@@ -182,3 +182,28 @@ def test_refits_text_names_each_refit_in_the_callers_terms():
         "spent, budget 900 s)"
     )
     assert refits_text(refits[:1]) == ""
+
+
+def test_fit_cli_names_every_refit_it_tried_in_one_line(monkeypatch, tmp_path, capsys):
+    from bayes_microbench import save_responses
+    from bayes_microbench.cli import main
+
+    calls = []
+    verdicts = dict(
+        zip(SMALL, [{"rhat": 1.06}, {"rhat": 1.02, "divergences": 5}, {"rhat": 1.3}], strict=True)
+    )
+    _fake_nuts(monkeypatch, verdicts, calls)
+    path, out = tmp_path / "r.csv", tmp_path / "p.nc"
+    save_responses(simulate_responses("gpqa", n_llms=12, n_items=10, random_seed=0), path)
+    code = main(["fit", "--responses", str(path), "--output", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and not out.exists() and calls == list(SMALL)
+    errors = [x for x in err.splitlines() if "error" in x.split(":")[1]]
+    assert len(errors) == 1
+    # the data's notes are said once, not once per refit
+    assert err.count("llms all wrong") == 1 and err.count("items all wrong") == 1
+    assert (
+        "the default fit also tried --parameterization decoupled (max R-hat 1.020, 5 "
+        "divergences); --parameterization decoupled, --discrimination-prior truncated-normal "
+        "(max R-hat 1.300, 0 divergences)"
+    ) in errors[0]

@@ -8,6 +8,7 @@ make a new one.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -15,6 +16,7 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -649,7 +651,8 @@ def fit_extending_draws(
     attempts: list[dict[str, Any]] = []
     wall = 0.0
     while True:
-        fit = IRTModel(responses, model, config=config)
+        with _data_notes_said_once(not tried):
+            fit = IRTModel(responses, model, config=config)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
             fit.fit("nuts", draws=draws, **fit_kwargs)
@@ -687,6 +690,25 @@ def fit_extending_draws(
     for w in caught:  # the last attempt's warnings, said once
         warnings.warn(w.message, w.category, stacklevel=2)
     return fit
+
+
+@contextlib.contextmanager
+def _data_notes_said_once(first: bool) -> Iterator[None]:
+    """Drop the data's notes (``irt.data`` warnings) of every fit but the first of a loop.
+
+    Why: each refit rebuilds the model from the same responses, and its notes
+    (all-correct llms, ...) would be printed again with each attempt.
+    """
+    if first:
+        yield
+        return
+    quiet = logging.Filter("never")  # a filter whose name matches no record: drops all
+    data_logger = logging.getLogger("bayes_microbench.irt.data")
+    data_logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        data_logger.removeFilter(quiet)
 
 
 def fit_default(
@@ -735,7 +757,7 @@ def fit_default(
     defaults = asked == "auto" and "discrimination_prior" not in (config or {})
 
     def one(cfg: dict[str, Any] | None, kwargs: dict[str, Any]) -> tuple[IRTModel, list[Any]]:
-        with warnings.catch_warnings(record=True) as caught:
+        with _data_notes_said_once(not refits), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
             fit = fit_extending_draws(responses, model, cfg, draws=draws, budget=budget, **kwargs)
         return fit, list(caught)
@@ -752,8 +774,9 @@ def fit_default(
             "wall_seconds": fit.fit_info.get("wall_seconds_all"),
         }
 
+    refits: list[dict[str, Any]] = []
     best, best_warnings = one(config, dict(fit_kwargs))
-    refits = [record(best, {})]
+    refits.append(record(best, {}))
     wall = float(best.fit_info.get("wall_seconds_all") or 0.0)
     rungs = remedy_refits(best.policy("nuts")) if defaults and best.diagnostics is not None else []
     for settings in rungs if not best.converged else []:
