@@ -211,6 +211,23 @@ def test_heldout_section_lists_each_saved_row_or_says_not_measured(tmp_path):
     assert "| 3 | 200 | bayes-fisher | 50 | 0.860 | 8.6 |" in text
     assert "Not measured yet" in _heldout_text("winogrande", path)
     assert "Not measured yet" in _heldout_text("arc", tmp_path / "absent.json")
+    assert "predate" not in text
+
+
+def test_heldout_section_says_when_its_runs_predate_the_file(tmp_path):
+    from bayes_microbench.irt.build_models import _heldout_text
+
+    run = {
+        "settings": {"benchmark": "musr", "random_seed": 0, "held_out": 20},
+        "scores": [{"design": "random", "n": 25, "coverage": 0.9, "width": 0.12}],
+        "date": "2026-12-02 20:41 UTC",
+        "commit": "75b476f",
+    }
+    path = tmp_path / "heldout.json"
+    path.write_text(json.dumps({"runs": [run]}))
+    old = _heldout_text("musr", path, built="2026-12-03 15:54 UTC")
+    assert "**These runs predate this file** (runs of 2026-12-02 20:41 UTC (commit 75b476f)" in old
+    assert "predate" not in _heldout_text("musr", path, built="2026-12-02 20:00 UTC")
 
 
 def test_the_compact_form_only_where_float32_keeps_too_few_draws():

@@ -470,7 +470,7 @@ def _card_markdown(c: dict[str, Any]) -> str:
     )
     compaction = _compaction_text(c.get("compaction"), c["thin"], bool(c.get("compact")))
     loo = _loo_text(c.get("loo"))
-    heldout = _heldout_text(c.get("benchmark"))
+    heldout = _heldout_text(c.get("benchmark"), built=c.get("date"))
     if not d["ok"]:
         status_note = (
             "\n**This fit did not converge.** It is shipped marked as such: `load_posterior` "
@@ -628,9 +628,15 @@ with the same calibration, seed 0):
 """
 
 
-def _heldout_text(benchmark: str | None, results: Path = HELDOUT_RESULTS) -> str:
+def _heldout_text(
+    benchmark: str | None, results: Path = HELDOUT_RESULTS, built: str | None = None
+) -> str:
     """The card's held-out section: the coverage of the default intervals on llms the
-    posterior never saw, from ``benchmarks/study_heldout_validation.py``'s saved runs."""
+    posterior never saw, from ``benchmarks/study_heldout_validation.py``'s saved runs.
+
+    ``built``: the card's build date (``YYYY-MM-DD HH:MM UTC``); runs older than it are
+    said to predate the file, whose procedure may have changed since.
+    """
     runs = []
     if benchmark and results.is_file():
         runs = [
@@ -658,6 +664,21 @@ def _heldout_text(benchmark: str | None, results: Path = HELDOUT_RESULTS) -> str
         "| seed | held out | design | n | coverage | width |",
         "|---|---|---|---|---|---|",
     ]
+    older = sorted(
+        {
+            (r.get("date", "?"), r.get("commit", "?"))
+            for r in runs
+            if built and r.get("date", "") < built
+        }
+    )
+    if older:
+        when = "; ".join(f"{d} (commit {c})" for d, c in older)
+        lines[2:2] = [
+            "",
+            f"**These runs predate this file** (runs of {when}; file built {built}): they "
+            "measure the default procedure of then, which may differ from the one that built "
+            "this file (its fit and refits above).",
+        ]
     for r in runs:
         st = r["settings"]
         for row in r.get("scores", []):
