@@ -374,6 +374,9 @@ def pair_abilities(
         alpha = phi ** -np.arange(1, d + 1)
         u = np.mod(0.5 + np.arange(1, count + 1)[:, None] * alpha[None, :], 1.0)
         theta = ndtri(u)
+        # moment-matched: exactly mean 0 and covariance I (a few points stray in the tails)
+        theta = theta - theta.mean(axis=0)
+        theta = theta @ np.linalg.inv(np.linalg.cholesky(np.cov(theta.T, bias=True).reshape(d, d))).T
         return theta[:, 0] if n_dims == 0 else theta
     theta = np.asarray(population.ability, dtype=np.float64)
     if len(theta) > count:
@@ -782,7 +785,7 @@ def design_curves(
         if bar is not None:
             bar.close()
     res = _summarize(curves, draws, design, gap_grid, thr, ci)
-    res.attrs["population"] = population_note(pop)
+    res.attrs["population"] = population_note(pop, draws.n_dims)
     if n_llms is not None:
         k = check_positive_int(n_llms, "n_llms")
         if k < 2:
@@ -850,11 +853,15 @@ def saved_population(misfit: Any, where: str) -> Population | None:
     return population
 
 
-def population_note(population: Population | None) -> str:
-    """What a design's pairs were drawn from, in one line (the results' ``population`` attr)."""
+def population_note(population: Population | None, n_dims: int = 1) -> str:
+    """What a design's pairs were drawn from, in one line (the results' ``population`` attr).
+
+    ``n_dims``: the posterior's ability dims (the prior is ``Normal(0, I_D)`` above 1).
+    """
     if population is None:
+        prior = "Normal(0, 1)" if n_dims == 1 else f"Normal(0, I_{n_dims})"
         return (
-            "prior Normal(0, 1) abilities, responses as the model says (no saved population: "
+            f"prior {prior} abilities, responses as the model says (no saved population: "
             "the band carries item uncertainty only)"
         )
     return population.describe()
@@ -1201,7 +1208,7 @@ def plan(
             "ci_prob": ci,
             "n_benchmark_items": n_b,
             "sizes_evaluated": len(sizes),
-            "population": population_note(pop),
+            "population": population_note(pop, draws.n_dims),
         },
     )
 
