@@ -376,7 +376,9 @@ def pair_abilities(
         theta = ndtri(u)
         # moment-matched: exactly mean 0 and covariance I (a few points stray in the tails)
         theta = theta - theta.mean(axis=0)
-        theta = theta @ np.linalg.inv(np.linalg.cholesky(np.cov(theta.T, bias=True).reshape(d, d))).T
+        theta = (
+            theta @ np.linalg.inv(np.linalg.cholesky(np.cov(theta.T, bias=True).reshape(d, d))).T
+        )
         return theta[:, 0] if n_dims == 0 else theta
     theta = np.asarray(population.ability, dtype=np.float64)
     if len(theta) > count:
@@ -451,6 +453,7 @@ def _pair_curves_chunk(
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.minimum(num / den[:, None, :], 1.0)  # float32 sums may pass 1 by 1e-7
         return np.where(produced[:, None, :], ratio, np.nan)
+
 
 def population_positions(population: Population, draws: ItemDraws) -> np.ndarray:
     """Positions of the benchmark items in the population's items (all must be there).
@@ -821,7 +824,9 @@ def study_mdads(
     out = np.full((n_s, n_d), np.inf)
     for s in range(n_s):
         if population is None:
-            theta = rng.standard_normal((n_llms, draws.n_dims) if draws.loadings is not None else n_llms)
+            theta = rng.standard_normal(
+                (n_llms, draws.n_dims) if draws.loadings is not None else n_llms
+            )
         else:  # rows: 1-D abilities, or D-dim ones of a 2pl-md posterior's population
             theta = rng.choice(population.ability, size=n_llms, replace=True)
         p = _draw_rows(draws, np.array([s])).prob(theta[None, :])[0]  # (K, N)

@@ -271,7 +271,9 @@ class Population:
     def to_dataset(self) -> xr.Dataset:
         """The population as a Dataset (dims ``population_llm``, ``item``, ``factor_rank``;
         ``population_dim`` too for D-dimensional abilities)."""
-        ability_dims = ("population_llm",) if self.n_dims == 1 else ("population_llm", "population_dim")
+        ability_dims = (
+            ("population_llm",) if self.n_dims == 1 else ("population_llm", "population_dim")
+        )
         return xr.Dataset(
             {
                 "population_ability": (ability_dims, self.ability),
@@ -360,8 +362,10 @@ def estimate_population(
     else:  # D dims have no quantiles: a seeded subsample of the llms, in their order
         kept = ability
         if len(kept) > MAX_ABILITIES:
-            rows = np.random.default_rng(random_seed).choice(len(kept), MAX_ABILITIES, replace=False)
-            kept = kept[np.sort(rows)]
+            picked = np.random.default_rng(random_seed).choice(
+                len(kept), MAX_ABILITIES, replace=False
+            )
+            kept = kept[np.sort(picked)]
     return Population(items=items, ability=kept, factor=factor, diag=diag, n_llms=n_llms)
 
 

@@ -242,10 +242,18 @@ def test_selectors_through_the_design_on_an_md_posterior(world):
         ids, _, weights, _ = D.select_from_posterior(post, name, 12, random_seed=0)
         assert len(set(ids)) == 12 and np.isclose(weights.sum(), 1.0)
         assert D.select_from_posterior(post, name, 12, random_seed=0)[0] == ids
-    source, ability = D.simulate_source(item_draws(post, multidim=True), 50, np.random.default_rng(0))
+    source, ability = D.simulate_source(
+        item_draws(post, multidim=True), 50, np.random.default_rng(0)
+    )
     assert source.shape == (50, N_ITEMS) and ability.shape == (50, 2)
-    res = D.design_curves(post, selector="stratified-confidence", sizes=[10], n_replicates=2,
-                          n_source=60, max_draws=20)
+    res = D.design_curves(
+        post,
+        selector="stratified-confidence",
+        sizes=[10],
+        n_replicates=2,
+        n_source=60,
+        max_draws=20,
+    )
     assert np.isfinite(res["p_correct_mean"]).all()
 
 
@@ -277,8 +285,20 @@ def md_file(world, tmp_path_factory):
 
 def test_mdad_and_plan_commands_on_an_md_posterior(md_file, tmp_path, capsys):
     out = tmp_path / "mdad"
-    code = main(["mdad", "--posterior", str(md_file), "--sizes", "10,40", "--output", str(out),
-                 "--json", "--seed", "1"])
+    code = main(
+        [
+            "mdad",
+            "--posterior",
+            str(md_file),
+            "--sizes",
+            "10,40",
+            "--output",
+            str(out),
+            "--json",
+            "--seed",
+            "1",
+        ]
+    )
     assert code == 0
     rows = json.loads(capsys.readouterr().out)["mdad"]
     assert [r["n_items"] for r in rows] == [10, 40]
@@ -294,27 +314,71 @@ def test_mdad_and_plan_commands_on_an_md_posterior(md_file, tmp_path, capsys):
     table = {r["gap"]: r["n_items"] for r in plan["table"]}
     assert table[10.0] <= table[5.0]  # a larger gap needs no more items
     # --raw-model: the prior's Normal(0, I_2) instead of the saved population
-    code = main(["mdad", "--posterior", str(md_file), "--sizes", "10", "--output",
-                 str(tmp_path / "raw"), "--raw-model", "--quiet"])
+    code = main(
+        [
+            "mdad",
+            "--posterior",
+            str(md_file),
+            "--sizes",
+            "10",
+            "--output",
+            str(tmp_path / "raw"),
+            "--raw-model",
+            "--quiet",
+        ]
+    )
     assert code == 0
     raw = xr.open_dataset(tmp_path / "raw" / "curves.nc")
     assert raw.attrs["population"].startswith("prior Normal(0, I_2)")
     # select --posterior md with a frequentist selector
     subset = tmp_path / "subset.json"
-    code = main(["select", "--posterior", str(md_file), "--selector", "stratified-confidence",
-                 "--n", "10", "--output", str(subset), "--quiet"])
+    code = main(
+        [
+            "select",
+            "--posterior",
+            str(md_file),
+            "--selector",
+            "stratified-confidence",
+            "--n",
+            "10",
+            "--output",
+            str(subset),
+            "--quiet",
+        ]
+    )
     assert code == 0
     assert len(json.loads(subset.read_text())["item_ids"]) == 10
 
 
 def test_bad_input_on_an_md_posterior_is_one_line(md_file, tmp_path, capsys):
     cases = [
-        (["mdad", "--posterior", str(md_file), "--sizes", "10,500", "--output",
-          str(tmp_path / "x")], "larger than the benchmark"),
-        (["plan", "--posterior", str(md_file), "--delta", "5", "--max-draws", "20"],
-         "--max-draws"),
-        (["select", "--posterior", str(md_file), "--selector", "bayes-fisher", "--n", "10",
-          "--output", str(tmp_path / "s.json")], None),
+        (
+            [
+                "mdad",
+                "--posterior",
+                str(md_file),
+                "--sizes",
+                "10,500",
+                "--output",
+                str(tmp_path / "x"),
+            ],
+            "larger than the benchmark",
+        ),
+        (["plan", "--posterior", str(md_file), "--delta", "5", "--max-draws", "20"], "--max-draws"),
+        (
+            [
+                "select",
+                "--posterior",
+                str(md_file),
+                "--selector",
+                "bayes-fisher",
+                "--n",
+                "10",
+                "--output",
+                str(tmp_path / "s.json"),
+            ],
+            None,
+        ),
     ]
     for argv, needle in cases:
         code = main(argv)
