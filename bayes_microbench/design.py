@@ -64,9 +64,10 @@ posterior-mean estimator linearized at the population centre (see
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,7 +199,7 @@ def _quadrature() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nd
 
 
 def _draw_rows(draws: ItemDraws, rows: np.ndarray) -> ItemDraws:
-    """The posterior draws ``rows`` of a 1-D posterior's items."""
+    """The posterior draws ``rows`` of the items (with a ``2pl-md`` posterior's loadings)."""
     return ItemDraws(
         draws.items,
         draws.subtask,
@@ -207,6 +208,7 @@ def _draw_rows(draws: ItemDraws, rows: np.ndarray) -> ItemDraws:
         draws.guessing[rows],
         draws.chain[rows],
         draws.draw[rows],
+        None if draws.loadings is None else draws.loadings[rows],
     )
 
 
@@ -215,13 +217,14 @@ def _moments(
 ) -> tuple[np.ndarray, ...]:
     """Per-llm sums at each ability in ``thetas`` for the draws ``rows``.
 
-    Returns PN (s, T): expected full accuracy; QN (s, T): its variance;
-    PS, QS, CS (s, T, D): expected design estimate, its variance and its
-    covariance with the full accuracy.
+    ``thetas``: (T,), or (T, D) for a ``2pl-md`` posterior. Returns PN (s, T):
+    expected full accuracy; QN (s, T): its variance; PS, QS, CS (s, T, Z):
+    expected design estimate, its variance and its covariance with the full
+    accuracy, per design size.
     """
     sub = _draw_rows(draws, rows)
     n_s, n_b = len(rows), draws.n_items
-    p = sub.prob(np.broadcast_to(thetas, (n_s, len(thetas))))  # (s, T, N)
+    p = sub.prob(np.broadcast_to(thetas, (n_s, *np.shape(thetas))))  # (s, T, N)
     q = p * (1.0 - p)
     pn = p.mean(axis=2)
     qn = q.sum(axis=2) / n_b**2
@@ -331,8 +334,137 @@ def _curves_chunk(
         return np.where(den > 0, num / den, np.nan)
 
 
+# ------------------------------------------------- pairs (a 2pl-md posterior)
+#: Abilities the pair path draws its pairs from: every ordered pair of this many points
+#: (a low-discrepancy sample of Normal(0, I_D), or a fixed seeded subsample of a saved
+#: population). Why 64: docs/decisions/0030-design-in-d-dimensions.md.
+PAIR_ABILITIES = 64
+#: Seed of the subsample of a saved population (fixed: the curves do not move with a
+#: design's seed, as the quadrature's nodes do not).
+PAIR_SEED = 20300
+#: A pair whose realized full difference lies more than this many sds from every gap of the
+#: grid is left out of a block (its weight there is below exp(-24.5) of a central pair's).
+PAIR_Z_CUT = 7.0
+#: A gap whose realized-gap density, averaged over the pairs, is below this (per unit of
+#: accuracy) is not produced by the population (NaN, as the quadrature's unreachable gaps).
+PAIR_MIN_DENSITY = 1e-6
+_PAIR_CELLS = 1 << 21  # draws x pairs x sizes x gaps per vectorized block
+
+
+def pair_abilities(
+    population: Population | None, n_dims: int, count: int | None = None
+) -> np.ndarray:
+    """The abilities the pair path integrates over: (M,) for ``n_dims`` 0, else (M, D).
+
+    ``population`` None: ``count`` points of the ``R_D`` low-discrepancy
+    sequence (Roberts' generalized golden ratio; deterministic) mapped to
+    ``Normal(0, I_D)``; a saved population: all its abilities when it holds at
+    most ``count``, else a fixed seeded subsample of them. ``n_dims`` 0 asks for
+    1-D abilities (the pair path on a 1-D posterior, kept for tests); ``count``
+    defaults to :data:`PAIR_ABILITIES`.
+    """
+    from scipy.special import ndtri
+
+    count = PAIR_ABILITIES if count is None else check_positive_int(count, "count", minimum=2)
+    if population is None:
+        d = max(n_dims, 1)
+        phi = 2.0
+        for _ in range(60):  # the root of x^(d+1) = x + 1
+            phi = (1.0 + phi) ** (1.0 / (d + 1))
+        alpha = phi ** -np.arange(1, d + 1)
+        u = np.mod(0.5 + np.arange(1, count + 1)[:, None] * alpha[None, :], 1.0)
+        theta = ndtri(u)
+        # moment-matched: exactly mean 0 and covariance I (a few points stray in the tails)
+        theta = theta - theta.mean(axis=0)
+        theta = (
+            theta @ np.linalg.inv(np.linalg.cholesky(np.cov(theta.T, bias=True).reshape(d, d))).T
+        )
+        return theta[:, 0] if n_dims == 0 else theta
+    theta = np.asarray(population.ability, dtype=np.float64)
+    if len(theta) > count:
+        rng = np.random.default_rng(PAIR_SEED)
+        theta = theta[np.sort(rng.choice(len(theta), count, replace=False))]
+    return theta
+
+
+def _pair_curves_chunk(
+    draws: ItemDraws,
+    rows: np.ndarray,
+    weights: np.ndarray,
+    gaps: np.ndarray,
+    half_step: np.ndarray,
+    abilities: np.ndarray,
+    excess: np.ndarray | None = None,
+) -> np.ndarray:
+    """P(correct | gap) for the draws ``rows`` over ordered pairs of ``abilities``: (s, Z, G).
+
+    For the ordered pair (a, b) the realized full difference is
+    ``D_B ~ N(PN_a - PN_b, QN_a + QN_b)``; ``P(correct | D_B = δ)`` is
+    ``sum_pairs f_pair(δ) P_pair(D_S > margin | D_B = δ) / sum_pairs f_pair(δ)``,
+    ``f_pair`` the normal density of ``D_B`` at ``δ`` and the conditional that of
+    the bivariate normal ``(D_S, D_B)``, as in :func:`_curves_chunk` (the same
+    ``excess`` and tie margins). Pairs farther than :data:`PAIR_Z_CUT` sds from
+    every gap are skipped; the rest is vectorized over draws, pairs, sizes and
+    gaps in blocks of at most ``_PAIR_CELLS`` cells. A gap no pair produces
+    (mean density below :data:`PAIR_MIN_DENSITY`) is NaN.
+    """
+    pn, qn, ps, qs, cs = _moments(draws, rows, abilities, weights)
+    n_s, n_z = len(rows), ps.shape[2]
+    n_g = len(gaps)
+    m = len(abilities)
+    first, second = np.nonzero(~np.eye(m, dtype=bool))  # every ordered pair of two abilities
+    n_pairs = len(first)
+    delta = np.asarray(gaps, dtype=np.float64) / 100.0
+    # skip the pairs that are far from every gap under every draw of the chunk
+    mu_all = pn[:, first] - pn[:, second]
+    sd_all = np.sqrt(qn[:, first] + qn[:, second])
+    below, above = delta.min() - mu_all, mu_all - delta.max()
+    far = np.maximum(np.maximum(below, above), 0.0) > PAIR_Z_CUT * sd_all
+    near = ~far.all(axis=0)
+    first, second = first[near], second[near]
+    half = np.broadcast_to(np.asarray(half_step, dtype=np.float64), (n_s, n_z))
+    extra = np.zeros((n_s, n_z))
+    if excess is not None:  # two llms, each with its own misfit, independent of the full gap
+        extra = 2.0 * np.broadcast_to(np.asarray(excess, dtype=np.float64), (n_s, n_z))
+    num = np.zeros((n_s, n_z, n_g))
+    den = np.zeros((n_s, n_g))
+    block = max(1, _PAIR_CELLS // (n_s * n_g * n_z))
+    for start in range(0, len(first), block):
+        i, j = first[start : start + block], second[start : start + block]
+        mu_b = pn[:, i] - pn[:, j]  # (s, P)
+        inv_var = 1.0 / (qn[:, i] + qn[:, j])
+        resid = delta[None, None, :] - mu_b[:, :, None]  # (s, P, G): δ - E[D_B]
+        dens = np.sqrt(inv_var / (2.0 * np.pi))[:, :, None] * np.exp(
+            -0.5 * resid * resid * inv_var[:, :, None]
+        )
+        cov = cs[:, i] + cs[:, j]  # (s, P, Z)
+        slope = cov * inv_var[:, :, None]
+        cond_var = np.maximum(qs[:, i] + qs[:, j] + extra[:, None, :] - cov * slope, 1e-30)
+        inv_sd = 1.0 / np.sqrt(cond_var)
+        base = ((ps[:, i] - ps[:, j] - half[:, None, :]) * inv_sd).astype(np.float32)
+        scaled = (slope * inv_sd).astype(np.float32)
+        # (s, P, Z, G), the gap last: the broadcasts and ndtr run on its contiguous axis
+        margin = scaled[..., None] * resid.astype(np.float32)[:, :, None, :]
+        margin += base[..., None]
+        pc = ndtr(margin)  # a zero variance gives +-inf: P = 1 or 0
+        num += np.einsum("spg,spzg->szg", dens.astype(np.float32), pc)
+        den += dens.sum(axis=1)
+    produced = den / n_pairs >= PAIR_MIN_DENSITY
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.minimum(num / den[:, None, :], 1.0)  # float32 sums may pass 1 by 1e-7
+        return np.where(produced[:, None, :], ratio, np.nan)
+
+
 def population_positions(population: Population, draws: ItemDraws) -> np.ndarray:
-    """Positions of the benchmark items in the population's items (all must be there)."""
+    """Positions of the benchmark items in the population's items (all must be there).
+
+    A population of other ability dimensions than the posterior's is refused too.
+    """
+    if population.n_dims != draws.n_dims:
+        raise UserInputError(
+            f"the saved population has {population.n_dims}-D abilities but the posterior "
+            f"{draws.n_dims}-D ones: give population=None, or recalibrate the posterior"
+        )
     pos = population.positions(draws.items)
     if pos is None:
         items = np.asarray(draws.items).astype(str)
@@ -389,8 +521,14 @@ def _curves(
     progress: Callable[[int], None] | None,
     monotone: bool = True,
     population: Population | None = None,
+    pair_path: bool | None = None,
 ) -> np.ndarray:
     """P(correct | gap) for every draw and size: (S, D, G).
+
+    A 1-D posterior integrates the pair of abilities by quadrature
+    (:func:`_curves_chunk`), a ``2pl-md`` one over pairs of abilities
+    (:func:`_pair_curves_chunk`; docs/decisions/0030); ``pair_path`` True runs
+    the pair path on a 1-D posterior too (for tests).
 
     A gap that the population cannot produce under a draw (no pair of its llms
     is that far apart: the quadrature has no mass there) is NaN for that draw,
@@ -403,6 +541,10 @@ def _curves(
     """
     out = np.empty((draws.n_draws, len(design.sizes), len(gaps)))
     positions = None if population is None else population_positions(population, draws)
+    pairs = draws.loadings is not None if pair_path is None else pair_path
+    abilities = None
+    if pairs:  # D dims: no monotone curve to invert; pairs of abilities instead
+        abilities = pair_abilities(population, 0 if draws.loadings is None else draws.n_dims)
     for start in range(0, draws.n_draws, _CHUNK):  # memory bound; each chunk is vectorized
         rows = np.arange(start, min(draws.n_draws, start + _CHUNK))
         weights = design.weights(rows)
@@ -410,7 +552,10 @@ def _curves(
         if population is not None:
             excess = population.excess_variance(weights, positions)
         half = _tie_margins(weights)
-        out[rows] = _curves_chunk(draws, rows, weights, gaps, half, population, excess)
+        if abilities is not None:
+            out[rows] = _pair_curves_chunk(draws, rows, weights, gaps, half, abilities, excess)
+        else:
+            out[rows] = _curves_chunk(draws, rows, weights, gaps, half, population, excess)
         if progress is not None:
             progress(len(rows))
     if not monotone:
@@ -614,7 +759,7 @@ def design_curves(
         raise UserInputError("gaps must lie in [0, 100] points")
     pop = resolve_population(posterior, population)
     if draws is None:
-        draws = item_draws(posterior, max_draws=max_draws)
+        draws = item_draws(posterior, max_draws=max_draws, multidim=True)
     draws.check_interval_draws(min_draws)
     if items is not None:
         draws = draws.subset(draws.index_of(list(items), where="benchmark items"))
@@ -643,7 +788,7 @@ def design_curves(
         if bar is not None:
             bar.close()
     res = _summarize(curves, draws, design, gap_grid, thr, ci)
-    res.attrs["population"] = population_note(pop)
+    res.attrs["population"] = population_note(pop, draws.n_dims)
     if n_llms is not None:
         k = check_positive_int(n_llms, "n_llms")
         if k < 2:
@@ -679,8 +824,10 @@ def study_mdads(
     out = np.full((n_s, n_d), np.inf)
     for s in range(n_s):
         if population is None:
-            theta = rng.standard_normal(n_llms)
-        else:
+            theta = rng.standard_normal(
+                (n_llms, draws.n_dims) if draws.loadings is not None else n_llms
+            )
+        else:  # rows: 1-D abilities, or D-dim ones of a 2pl-md posterior's population
             theta = rng.choice(population.ability, size=n_llms, replace=True)
         p = _draw_rows(draws, np.array([s])).prob(theta[None, :])[0]  # (K, N)
         acc = rng.binomial(draws.n_items, p.mean(axis=1)) / draws.n_items
@@ -711,11 +858,15 @@ def saved_population(misfit: Any, where: str) -> Population | None:
     return population
 
 
-def population_note(population: Population | None) -> str:
-    """What a design's pairs were drawn from, in one line (the results' ``population`` attr)."""
+def population_note(population: Population | None, n_dims: int = 1) -> str:
+    """What a design's pairs were drawn from, in one line (the results' ``population`` attr).
+
+    ``n_dims``: the posterior's ability dims (the prior is ``Normal(0, I_D)`` above 1).
+    """
     if population is None:
+        prior = "Normal(0, 1)" if n_dims == 1 else f"Normal(0, I_{n_dims})"
         return (
-            "prior Normal(0, 1) abilities, responses as the model says (no saved population: "
+            f"prior {prior} abilities, responses as the model says (no saved population: "
             "the band carries item uncertainty only)"
         )
     return population.describe()
@@ -819,9 +970,14 @@ def build_design(
 def simulate_source(
     draws: ItemDraws, n_llms: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior-predictive responses of ``n_llms`` population llms under one random draw."""
+    """Posterior-predictive responses of ``n_llms`` population llms under one random draw.
+
+    Abilities from the prior: ``Normal(0, 1)``, or ``Normal(0, I_D)`` for a
+    ``2pl-md`` posterior (returned as (n_llms,) or (n_llms, D)).
+    """
     s = int(rng.integers(draws.n_draws))
-    ability = rng.standard_normal(n_llms)
+    shape = n_llms if draws.loadings is None else (n_llms, draws.n_dims)
+    ability = rng.standard_normal(shape)
     one = draws.select_draws([s])
     p = one.prob(ability[None, :])[0]
     return (rng.random(p.shape) < p).astype(np.float64), ability
@@ -861,18 +1017,43 @@ def selector_design(
     for r, ss in enumerate(seeds):  # one selector run per replicate, not per draw
         rng = np.random.default_rng(ss)
         src = real if real is not None else simulate_source(draws, n_source, rng)[0]
-        prepared = selector.prepare(src, codes, None, rng)
+        with _md_selector_guard(name, draws):
+            prepared = selector.prepare(src, codes, None, rng)
         for d, n in enumerate(sizes_t):
             # each size its own stream: a size's selection does not depend on the others asked
             size_rng = np.random.default_rng(
                 np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, n))
             )
-            sel = prepared.select(n, size_rng)
+            with _md_selector_guard(name, draws):
+                sel = prepared.select(n, size_rng)
             w = np.asarray(sel.weights, dtype=np.float64)
             if not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
                 raise RuntimeError(f"selector {name!r} returned invalid weights for n={n}")
             mats[r, np.asarray(sel.items, dtype=np.int64), d] = w / w.sum()
     return replicated_design(name, sizes_t, mats, notes)
+
+
+@contextlib.contextmanager
+def _md_selector_guard(name: str, draws: ItemDraws) -> Iterator[None]:
+    """Turn a selector's failure on a ``2pl-md`` posterior's draws into one line.
+
+    The frequentist selectors work from (simulated) source responses and take any
+    posterior; a Bayesian selector that reads the item draws must take D-dim
+    abilities (``with_item_draws`` with ``draws.n_dims > 1``), and one that
+    cannot fails on their shapes: that is refused here, naming the selector.
+    """
+    if draws.loadings is None:
+        yield
+        return
+    try:
+        yield
+    except (ValueError, IndexError, TypeError) as exc:
+        logger.debug("selector %s on a 2pl-md posterior: %r", name, exc)
+        raise UserInputError(
+            f"selector {name!r} does not take a multidimensional 2PL posterior "
+            f"('2pl-md', {draws.n_dims} ability dims): choose another selector (random, "
+            "stratified-confidence, anchor-points, diversity, ...) or a 1-D posterior"
+        ) from None
 
 
 def _selector_instance(name: str, draws: ItemDraws) -> Any:
@@ -881,7 +1062,8 @@ def _selector_instance(name: str, draws: ItemDraws) -> Any:
     sel = get_selector(name)
     with_posterior = getattr(sel, "with_item_draws", None)
     if callable(with_posterior):  # Bayesian selectors reuse the design's posterior
-        return with_posterior(draws)
+        with _md_selector_guard(name, draws):
+            return with_posterior(draws)
     return sel
 
 
@@ -984,7 +1166,7 @@ def plan(
         raise UserInputError(f"delta must be a gap in points in (0, 100], got {delta}")
     pop = resolve_population(posterior, population)
     if draws is None:
-        draws = item_draws(posterior, max_draws=max_draws)
+        draws = item_draws(posterior, max_draws=max_draws, multidim=True)
     draws.check_interval_draws(min_draws)
     if items is not None:
         draws = draws.subset(draws.index_of(list(items), where="benchmark items"))
@@ -1031,7 +1213,7 @@ def plan(
             "ci_prob": ci,
             "n_benchmark_items": n_b,
             "sizes_evaluated": len(sizes),
-            "population": population_note(pop),
+            "population": population_note(pop, draws.n_dims),
         },
     )
 
@@ -1074,7 +1256,7 @@ def select_from_posterior(
     -------
     (item ids, their subtasks, estimator weights, selection notes)
     """
-    draws = item_draws(posterior, max_draws=max_draws)
+    draws = item_draws(posterior, max_draws=max_draws, multidim=True)
     n_b = draws.n_items
     _check_sizes([n], n_b)
     rng = np.random.default_rng(random_seed)
@@ -1087,8 +1269,9 @@ def select_from_posterior(
     else:
         instance = _selector_instance(selector, draws)
         source = simulate_source(draws, n_source, rng)[0]
-        prepared = instance.prepare(source, codes, None, rng)
-        selection = prepared.select(n, rng)
+        with _md_selector_guard(selector, draws):
+            prepared = instance.prepare(source, codes, None, rng)
+            selection = prepared.select(n, rng)
         chosen = np.asarray(selection.items, dtype=np.int64)
         weights = np.asarray(selection.weights, dtype=np.float64)
         info = dict(selection.info)

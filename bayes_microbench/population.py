@@ -19,6 +19,10 @@ P_i (1 - P_i)``; the rest, ``(w - 1/N)' E (w - 1/N)``, is the excess the design
 adds, with ``E`` the residual covariance minus its Bernoulli diagonal. ``E`` is
 kept as a rank-``k`` factor (the correlated part: secondary abilities, item
 clusters) plus a diagonal, so no llm's responses can be read back from it.
+
+For a ``2pl-md`` posterior the plug-in abilities are ``D``-dimensional (the
+posterior mean of each llm's ability posterior) and ``P_i(a_j)`` is the
+multidimensional 2PL's; the rest is the same (docs/decisions/0030).
 """
 
 from __future__ import annotations
@@ -47,9 +51,10 @@ SUBSET_EXCESS_RANDOM = 16
 class Population:
     """Ability distribution and residual excess covariance of the fitted llms.
 
-    ``ability`` (L,): plug-in abilities, sorted; ``factor`` (N, k) and ``diag``
-    (N,): the excess residual covariance ``factor @ factor.T + diag(diag)``
-    over the posterior's ``items``; ``n_llms``: llms behind it.
+    ``ability`` (L,): plug-in abilities, sorted; for a ``2pl-md`` posterior
+    (L, D), one row per llm; ``factor`` (N, k) and ``diag`` (N,): the excess
+    residual covariance ``factor @ factor.T + diag(diag)`` over the
+    posterior's ``items``; ``n_llms``: llms behind it.
     """
 
     items: np.ndarray
@@ -57,6 +62,11 @@ class Population:
     factor: np.ndarray
     diag: np.ndarray
     n_llms: int
+
+    @property
+    def n_dims(self) -> int:
+        """Ability dimensions: 1, or ``D`` for a ``2pl-md`` posterior's population."""
+        return 1 if self.ability.ndim == 1 else int(self.ability.shape[1])
 
     def excess_variance(
         self, weights: np.ndarray, positions: np.ndarray | None = None
@@ -232,7 +242,8 @@ class Population:
         return own - ref
 
     def density(self, theta: np.ndarray) -> np.ndarray:
-        """Gaussian-kernel density of the abilities at ``theta`` (Silverman's bandwidth)."""
+        """Gaussian-kernel density of the 1-D abilities at ``theta`` (Silverman's bandwidth)."""
+        self._check_1d("density")
         a = self.ability
         spread = min(float(np.std(a)), float(np.subtract(*np.percentile(a, [75, 25]))) / 1.349)
         h = 0.9 * max(spread, 1e-3) * len(a) ** -0.2
@@ -240,22 +251,32 @@ class Population:
         return np.exp(-0.5 * z * z).mean(axis=-1) / (h * np.sqrt(2.0 * np.pi))
 
     def nodes(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """``count`` equal-weight ability nodes at the population's mid-quantiles."""
+        """``count`` equal-weight 1-D ability nodes at the population's mid-quantiles."""
+        self._check_1d("nodes")
         q = (np.arange(count) + 0.5) / count
         return np.quantile(self.ability, q), np.full(count, 1.0 / count)
 
+    def _check_1d(self, what: str) -> None:
+        if self.n_dims != 1:
+            raise ValueError(f"Population.{what} needs 1-D abilities ({self.n_dims} dims here)")
+
     def describe(self) -> str:
         """One line: where the population comes from."""
+        dims = "" if self.n_dims == 1 else f"{self.n_dims}-D "
         return (
-            f"abilities of the {self.n_llms} fitted llms, with their residual excess "
+            f"{dims}abilities of the {self.n_llms} fitted llms, with their residual excess "
             f"covariance (rank {self.factor.shape[1]})"
         )
 
     def to_dataset(self) -> xr.Dataset:
-        """The population as a Dataset (dims ``population_llm``, ``item``, ``factor_rank``)."""
+        """The population as a Dataset (dims ``population_llm``, ``item``, ``factor_rank``;
+        ``population_dim`` too for D-dimensional abilities)."""
+        ability_dims = (
+            ("population_llm",) if self.n_dims == 1 else ("population_llm", "population_dim")
+        )
         return xr.Dataset(
             {
-                "population_ability": ("population_llm", self.ability),
+                "population_ability": (ability_dims, self.ability),
                 "population_factor": (("item", "factor_rank"), self.factor.astype(np.float32)),
                 "population_diag": ("item", self.diag.astype(np.float32)),
             },
@@ -290,7 +311,8 @@ def estimate_population(
     Parameters
     ----------
     posterior
-        A 1-D item posterior (anything :func:`~bayes_microbench.posterior.item_draws` reads).
+        An item posterior, 1-D or ``2pl-md`` (anything
+        :func:`~bayes_microbench.posterior.item_draws` reads).
     responses
         The responses it was fitted on (:class:`~bayes_microbench.Responses`),
         at least 10 llms.
@@ -304,26 +326,26 @@ def estimate_population(
     Returns
     -------
     Population
+        With (L,) abilities for a 1-D posterior, (L, D) for a ``2pl-md`` one
+        (why: docs/decisions/0030-design-in-d-dimensions.md).
     """
     from .ability import ability_posterior_samples
     from .posterior import item_draws
 
-    draws = item_draws(posterior, max_draws=max_draws)
-    if draws.n_dims != 1:
-        raise UserInputError("estimate_population: a 1-D posterior is needed (2pl-md given)")
+    draws = item_draws(posterior, max_draws=max_draws, multidim=True)
     items = np.asarray(draws.items).astype(str)
     y = np.asarray(responses.select(items=items.tolist()).values, dtype=np.float64)
     n_llms, n_items = y.shape
     if n_llms < 10:
         raise UserInputError(f"estimate_population: needs at least 10 fitted llms, got {n_llms}")
     samples, _ = ability_posterior_samples(draws, y, random_seed=random_seed)
-    ability = np.asarray(samples).mean(axis=0)  # (L,)
+    ability = np.asarray(samples).mean(axis=0)  # (L,) or (L, D)
     observed = ~np.isnan(y)
     resid = np.zeros_like(y)
     bern = np.zeros(n_items)
     for start in range(0, n_llms, 256):  # bounded memory: (S, 256, N) at a time
         rows = slice(start, min(n_llms, start + 256))
-        p = draws.prob(np.broadcast_to(ability[rows], (draws.n_draws, len(ability[rows]))))
+        p = draws.prob(np.broadcast_to(ability[rows], (draws.n_draws, *ability[rows].shape)))
         p = p.mean(axis=0)
         obs = observed[rows]
         resid[rows] = np.where(obs, np.nan_to_num(y[rows]) - p, 0.0)
@@ -333,9 +355,17 @@ def estimate_population(
     factor = (vt[:k].T * s[:k]) / np.sqrt(n_llms)
     cov_diag = (resid * resid).sum(axis=0) / n_llms
     diag = cov_diag - (factor * factor).sum(axis=1) - bern / n_llms
-    kept = np.sort(ability)
-    if len(kept) > MAX_ABILITIES:
-        kept = np.quantile(kept, (np.arange(MAX_ABILITIES) + 0.5) / MAX_ABILITIES)
+    if ability.ndim == 1:
+        kept = np.sort(ability)
+        if len(kept) > MAX_ABILITIES:
+            kept = np.quantile(kept, (np.arange(MAX_ABILITIES) + 0.5) / MAX_ABILITIES)
+    else:  # D dims have no quantiles: a seeded subsample of the llms, in their order
+        kept = ability
+        if len(kept) > MAX_ABILITIES:
+            picked = np.random.default_rng(random_seed).choice(
+                len(kept), MAX_ABILITIES, replace=False
+            )
+            kept = kept[np.sort(picked)]
     return Population(items=items, ability=kept, factor=factor, diag=diag, n_llms=n_llms)
 
 

@@ -316,8 +316,8 @@ def item_draws(
     where
         Names the posterior in error messages.
     multidim
-        Accept a ``2pl-md`` posterior (scoring does; design and the selectors
-        need a 1-D ability and refuse it).
+        Accept a ``2pl-md`` posterior (scoring and design do; a caller that
+        needs a 1-D ability leaves it False and refuses one).
 
     Returns
     -------
@@ -332,8 +332,8 @@ def item_draws(
             one_d = step("bayes-microbench fit --model 2pl", "IRTModel(responses, '2pl')")
             raise UserInputError(
                 f"{where}: a multidimensional 2PL posterior ('2pl-md', {n_dims} ability "
-                f"dims); design and the Bayesian selectors work on a 1-D ability: fit a 1-D "
-                f"model ({one_d}) for them (scoring accepts it)"
+                f"dims); this step works on a 1-D ability: fit a 1-D model ({one_d}) for it "
+                "(scoring and design accept it)"
             )
         if "intercept" not in ds:
             raise UserInputError(

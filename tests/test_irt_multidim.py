@@ -294,10 +294,10 @@ def test_cli_fit_2pl_md_map_and_refusals(tmp_path, capsys):
     code = main(["score", "--posterior", str(out), "--responses", str(sub), "--json"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "MAP point estimate" in err[0]
-    # design needs a 1-D ability: refused with one line
+    # design takes an md posterior (tests/test_design_md.py), but not a MAP point: one line
     code = main(["plan", "--posterior", str(out), "--delta", "5"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "fit a 1-D model" in err[0]
+    assert code == 2 and len(err) == 1 and "MAP point estimate" in err[0]
 
 
 # ------------------------------------------------ scoring an md posterior

@@ -62,9 +62,10 @@ def calibrate_fitted(
     -------
     Misfit
         Saved by :func:`bayes_microbench.irt.io.save_posterior` when given as
-        ``calibration=``; ``score`` applies it by default. For a 1-D posterior
-        it carries the fitted llms' :class:`~bayes_microbench.population.Population`,
-        which ``mdad`` and ``plan`` integrate over by default.
+        ``calibration=``; ``score`` applies it by default. It carries the
+        fitted llms' :class:`~bayes_microbench.population.Population` (D-dim
+        abilities for a ``2pl-md`` posterior), which ``mdad`` and ``plan``
+        integrate over by default.
     """
     import pandas as pd
 
@@ -91,8 +92,7 @@ def calibrate_fitted(
         random_seed=random_seed,
         where="calibration of the fitted posterior: responses",
     )
-    if "discrimination" in posterior and "dim" in posterior["discrimination"].dims:
-        return misfit  # a 2pl-md posterior: the designs that would use a population refuse it
+    # a 2pl-md posterior's population has D-dim abilities (docs/decisions/0030)
     population = estimate_population(posterior, responses, random_seed=random_seed)
     return dataclasses.replace(misfit, population=population)
 
