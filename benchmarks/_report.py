@@ -73,6 +73,12 @@ The machine is noisy (2 shared cores): figures are medians, compared within one 
 """
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its reaped children (the NUTS chain workers)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def machine() -> str:
     """A one-line description of the machine the figures come from."""
     cpu = platform.processor() or platform.machine()

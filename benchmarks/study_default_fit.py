@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import warnings
@@ -30,6 +29,7 @@ sys.path.insert(0, str(HERE))
 from _report import (  # noqa: E402
     MATRICES,
     check_names,
+    cpu_seconds,
     last_run,
     load_results,
     rows_note,
@@ -49,15 +49,11 @@ def one(data: str, seed: int) -> dict:
     from bayes_microbench.irt.model import fit_default
 
     resp = load_responses(MATRICES[data])
-    t0, c0 = time.perf_counter(), os.times()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         fit = fit_default(resp, "2pl", random_seed=seed, progressbar=False)
-    c1 = os.times()
-    cpu = sum(
-        getattr(c1, k) - getattr(c0, k)
-        for k in ("user", "system", "children_user", "children_system")
-    )
+    cpu = cpu_seconds() - c0
     d = fit.diagnostics
     assert d is not None
     return {

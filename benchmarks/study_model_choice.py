@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import warnings
@@ -28,7 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _report import MATRICES, check_names, last_run, rows_note, run_rows, write_section  # noqa: E402
+from _report import MATRICES, check_names, cpu_seconds, last_run, rows_note, run_rows, write_section  # noqa: E402
 
 RESULTS = HERE / "results" / "model_choice.json"
 from bayes_microbench.irt.choice import DEFAULT_CANDIDATES  # noqa: E402
@@ -41,15 +40,11 @@ def one(data: str, candidates: str, seed: int) -> dict:
     from bayes_microbench.irt.choice import compare_candidates
 
     resp = load_responses(MATRICES[data])
-    t0, c0 = time.perf_counter(), os.times()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         _, report = compare_candidates(resp, candidates, random_seed=seed, progressbar=False)
-    c1 = os.times()
-    cpu = sum(
-        getattr(c1, k) - getattr(c0, k)
-        for k in ("user", "system", "children_user", "children_system")
-    )
+    cpu = cpu_seconds() - c0
     return {
         "data": data,
         "shape": f"{resp.n_llms} x {resp.n_items}",
