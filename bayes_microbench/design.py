@@ -64,10 +64,9 @@ posterior-mean estimator linearized at the population centre (see
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -1017,43 +1016,18 @@ def selector_design(
     for r, ss in enumerate(seeds):  # one selector run per replicate, not per draw
         rng = np.random.default_rng(ss)
         src = real if real is not None else simulate_source(draws, n_source, rng)[0]
-        with _md_selector_guard(name, draws):
-            prepared = selector.prepare(src, codes, None, rng)
+        prepared = selector.prepare(src, codes, None, rng)
         for d, n in enumerate(sizes_t):
             # each size its own stream: a size's selection does not depend on the others asked
             size_rng = np.random.default_rng(
                 np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, n))
             )
-            with _md_selector_guard(name, draws):
-                sel = prepared.select(n, size_rng)
+            sel = prepared.select(n, size_rng)
             w = np.asarray(sel.weights, dtype=np.float64)
             if not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
                 raise RuntimeError(f"selector {name!r} returned invalid weights for n={n}")
             mats[r, np.asarray(sel.items, dtype=np.int64), d] = w / w.sum()
     return replicated_design(name, sizes_t, mats, notes)
-
-
-@contextlib.contextmanager
-def _md_selector_guard(name: str, draws: ItemDraws) -> Iterator[None]:
-    """Turn a selector's failure on a ``2pl-md`` posterior's draws into one line.
-
-    The frequentist selectors work from (simulated) source responses and take any
-    posterior; a Bayesian selector that reads the item draws must take D-dim
-    abilities (``with_item_draws`` with ``draws.n_dims > 1``), and one that
-    cannot fails on their shapes: that is refused here, naming the selector.
-    """
-    if draws.loadings is None:
-        yield
-        return
-    try:
-        yield
-    except (ValueError, IndexError, TypeError) as exc:
-        logger.debug("selector %s on a 2pl-md posterior: %r", name, exc)
-        raise UserInputError(
-            f"selector {name!r} does not take a multidimensional 2PL posterior "
-            f"('2pl-md', {draws.n_dims} ability dims): choose another selector (random, "
-            "stratified-confidence, anchor-points, diversity, ...) or a 1-D posterior"
-        ) from None
 
 
 def _selector_instance(name: str, draws: ItemDraws) -> Any:
@@ -1062,8 +1036,7 @@ def _selector_instance(name: str, draws: ItemDraws) -> Any:
     sel = get_selector(name)
     with_posterior = getattr(sel, "with_item_draws", None)
     if callable(with_posterior):  # Bayesian selectors reuse the design's posterior
-        with _md_selector_guard(name, draws):
-            return with_posterior(draws)
+        return with_posterior(draws)
     return sel
 
 
@@ -1269,9 +1242,8 @@ def select_from_posterior(
     else:
         instance = _selector_instance(selector, draws)
         source = simulate_source(draws, n_source, rng)[0]
-        with _md_selector_guard(selector, draws):
-            prepared = instance.prepare(source, codes, None, rng)
-            selection = prepared.select(n, rng)
+        prepared = instance.prepare(source, codes, None, rng)
+        selection = prepared.select(n, rng)
         chosen = np.asarray(selection.items, dtype=np.int64)
         weights = np.asarray(selection.weights, dtype=np.float64)
         info = dict(selection.info)

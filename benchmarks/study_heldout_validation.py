@@ -13,9 +13,9 @@ point error <= 1 point.
 Usage::
 
     .venv/bin/python benchmarks/study_heldout_validation.py [--benchmarks gpqa,arc]
-        [--seeds 0,1] [--held-out 60] [--report-only]
+        [--seeds 0,1] [--held-out 60] [--model 2pl-md] [--report-only]
 
-Each (benchmark, seed) run is kept in ``results/heldout_validation.json`` (a
+Each (benchmark, model, seed) run is kept in ``results/heldout_validation.json`` (a
 rerun replaces it); the section shows every saved run.
 """
 
@@ -61,11 +61,13 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> dict:
         sizes=sizes,
         held_out=args.held_out,
         splits=args.splits,
+        model=args.model,
         random_seed=seed,
     )
     doc = res.to_json()
     doc.update(
         benchmark=name,
+        model=args.model,
         seed=seed,
         date=started,
         commit=commit(),
@@ -73,6 +75,15 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> dict:
         wall_seconds=time.perf_counter() - t0,
     )
     return doc
+
+
+def _model(run: dict) -> str:
+    return run.get("model", "2pl")  # runs before the --model option fitted the 2PL
+
+
+def _label(run: dict) -> str:
+    model = _model(run)
+    return run["benchmark"] if model == "2pl" else f"{run['benchmark']} ({model})"
 
 
 def report(runs: list[dict]) -> None:
@@ -86,7 +97,9 @@ def report(runs: list[dict]) -> None:
         "The MDAD columns: the design's MDAD [its posterior band] and the band of the MDAD a "
         "study of as many new llms as were held out would measure (the curve's uncertainty "
         "and which llms such a study holds); `inside` is the realized MDAD within that band "
-        "(runs before the saved population have no study band: `-`).",
+        "(runs before the saved population have no study band: `-`). A benchmark "
+        "followed by a model in brackets fitted that model instead of the default 2PL "
+        "(`--model`).",
         "",
         "| benchmark | seed, commit | fits converged | design | n | coverage | width (pts) | "
         "abs error (pts) | interval | MDAD predicted [posterior band] | study band | realized "
@@ -97,7 +110,7 @@ def report(runs: list[dict]) -> None:
         conv = ", ".join(str(f["converged"]) for f in run["fits"])
         for s, m in zip(run["scores"], run["mdad"], strict=True):
             lines.append(
-                f"| {run['benchmark']} | {run['seed']}, {run['commit']} | {conv} | {s['design']} "
+                f"| {_label(run)} | {run['seed']}, {run['commit']} | {conv} | {s['design']} "
                 f"| {s['n']} | "
                 f"{s['coverage']:.2f} | {s['width'] * 100:.1f} | {s['abs_error'] * 100:.1f} | "
                 f"{s['interval']} | {_fmt(m['predicted'])} [{_fmt(m['lower'])}, "
@@ -115,7 +128,7 @@ def report(runs: list[dict]) -> None:
     for run in runs:
         for r in run["ranking"]:
             lines.append(
-                f"| {run['benchmark']} | {run['seed']} | [{r['bin_lower']:.1f}, "
+                f"| {_label(run)} | {run['seed']} | [{r['bin_lower']:.1f}, "
                 f"{r['bin_upper']:.1f}) | {r['n_pairs']} | {r['predicted']:.3f} | "
                 f"{r['realized']:.3f} | {r['realized'] - r['predicted']:+.3f} |"
             )
@@ -127,7 +140,7 @@ def report(runs: list[dict]) -> None:
     for run in runs:
         for f in run["fits"]:
             lines.append(
-                f"| {run['benchmark']} | {run['seed']} | {f['split']} | {f['n_train']} | "
+                f"| {_label(run)} | {run['seed']} | {f['split']} | {f['n_train']} | "
                 f"{f['converged']} | {f['seconds']:.0f} | {f['note'] or '-'} |"
             )
     last = last_run(runs)
@@ -164,6 +177,9 @@ def main() -> int:
     parser.add_argument("--splits", type=int, default=1)
     parser.add_argument("--sizes", default="25,50,100")
     parser.add_argument("--designs", default="random,bayes-fisher,bayes-ranking")
+    parser.add_argument(
+        "--model", default="2pl", choices=["1pl", "2pl", "3pl", "2pl-md"], help="IRT model"
+    )
     parser.add_argument("--report-only", action="store_true", help="rewrite the section")
     args = parser.parse_args()
     args.sizes = [int(n) for n in args.sizes.split(",")]
@@ -177,9 +193,10 @@ def main() -> int:
             for seed in (int(s) for s in args.seeds.split(",")):
                 run = run_one(name, seed, args)
                 print(json.dumps(run["scores"]), flush=True)
-                saved = [r for r in saved if (r["benchmark"], r["seed"]) != (name, seed)]
+                key = (name, args.model, seed)
+                saved = [r for r in saved if (r["benchmark"], _model(r), r["seed"]) != key]
                 saved.append(run)
-                saved.sort(key=lambda r: (r["benchmark"], r["seed"]))
+                saved.sort(key=lambda r: (r["benchmark"], _model(r), r["seed"]))
                 update_results(RESULTS, runs=saved)
     if saved:
         report(saved)

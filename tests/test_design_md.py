@@ -257,16 +257,13 @@ def test_selectors_through_the_design_on_an_md_posterior(world):
     assert np.isfinite(res["p_correct_mean"]).all()
 
 
-def test_a_bayesian_selector_that_cannot_take_md_draws_is_refused_in_one_line(world):
+def test_both_bayesian_selectors_choose_from_md_draws(world):
     _, _, post = world
     for name in ("bayes-fisher", "bayes-ranking"):
-        try:
-            ids, _, _, _ = D.select_from_posterior(post, name, 8, random_seed=0)
-        except UserInputError as err:  # until the selector takes D-dim abilities
-            assert "does not take a multidimensional 2PL posterior" in str(err)
-            assert "\n" not in str(err)
-        else:  # a selector that takes them returns a valid selection
-            assert len(set(ids)) == 8
+        ids, subtasks, weights, _ = D.select_from_posterior(post, name, 8, random_seed=0)
+        again = D.select_from_posterior(post, name, 8, random_seed=0)[0]
+        assert len(set(ids)) == 8 and len(subtasks) == 8 and ids == again
+        assert np.all(np.asarray(weights) > 0) and np.isclose(np.sum(weights), 1.0)
 
 
 # ------------------------------------------------------------ the commands

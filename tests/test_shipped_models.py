@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bayes_microbench import shipped
@@ -152,6 +153,18 @@ def test_each_shipped_model_is_small_carded_and_calibrated(path):
     assert info["converged"] is not None  # the card and `models` say which
     card = Path(info["card"]).read_text()
     assert ("NOT converged" in card) == (info["converged"] is False)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_each_shipped_calibration_carries_a_population_of_the_models_dims(path):
+    from bayes_microbench.irt import load_posterior
+
+    art = load_posterior(path)
+    population = art.calibration.population
+    assert population is not None, f"{path.name}: run build_models --calibrate --only {path.stem}"
+    n_dims = art.config.n_dims if art.config.model == "2pl-md" else 1
+    assert population.n_llms >= 20 and np.isfinite(population.ability).all()
+    assert population.n_dims == n_dims
 
 
 def test_every_benchmark_key_is_a_build_target():
