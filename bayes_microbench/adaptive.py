@@ -31,9 +31,10 @@ A ``2pl-md`` posterior (``D`` ability dims) works as a 1-D one: the ability
 posterior is the ``D``-dim one scoring uses (:func:`~bayes_microbench.ability.ability_posterior_samples`
 on :func:`~bayes_microbench.ability.scoring_grid`), the ``goal`` rules read only
 P(correct) under the joint draws and so are unchanged, and ``fisher`` becomes
-the ``D``-dim c-optimal rule (:meth:`AdaptiveState._fisher`); as in ``score``,
-no subset widening is added for it
-(docs/decisions/0031-bayesian-selectors-in-d-dimensions.md).
+the ``D``-dim c-optimal rule (:meth:`AdaptiveState._fisher`)
+(docs/decisions/0031-bayesian-selectors-in-d-dimensions.md). Its interval carries
+``score``'s subset widening (docs/decisions/0033); the ``goal`` rules do not yet
+count each candidate's widening in D dims (``excess_if_added`` is 1-D).
 """
 
 from __future__ import annotations
@@ -190,8 +191,8 @@ class AdaptiveState:
         self._pool = pool
         self._mean = self.draws.mean()
         pop = None if self.misfit is None else self.misfit.population
-        #: the saved population and the posterior's items' positions in it (None: no widening;
-        #: a 2pl-md posterior gets none, as in score)
+        #: the saved population's positions of the posterior's items, for the rules'
+        #: look-ahead (None: none; 1-D only, docs/decisions/0033)
         self._pop_positions = (
             None if pop is None or self.draws.n_dims > 1 else pop.positions(self.draws.items)
         )

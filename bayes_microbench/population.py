@@ -136,7 +136,8 @@ class Population:
         Parameters
         ----------
         prob, slope
-            ``(L, N)``: ``P_i`` and ``dP_i/da`` at each llm's plug-in ability.
+            ``(L, N)``: ``P_i`` and ``dP_i/da`` at each llm's plug-in ability
+            (``slope`` ``(L, N, D)`` for ``D``-dim abilities: the gradient).
         observed
             ``(L, N)`` bool: each llm's observed items.
         positions
@@ -370,9 +371,15 @@ def estimate_population(
 
 
 def _score_weights(prob: np.ndarray, slope: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``dlog-lik/da`` per residual (``g / PQ``) and the Fisher information ``g^2 / PQ``."""
-    weight = slope / np.maximum(prob * (1.0 - prob), 1e-9)
-    return weight, slope * weight
+    """``dlog-lik/da`` per residual (``g / PQ``) and the Fisher information ``g^2 / PQ``.
+
+    A ``D``-dim ``slope`` (``prob.shape + (D,)``) gives a ``D``-dim weight and the
+    information's trace, which only :meth:`Population.excess_if_added` (1-D) reads.
+    """
+    pq = np.maximum(prob * (1.0 - prob), 1e-9)
+    weight = slope / (pq if slope.ndim == prob.ndim else pq[..., None])
+    info = slope * weight
+    return weight, info if slope.ndim == prob.ndim else info.sum(axis=-1)
 
 
 def _random_masks(rng: np.random.Generator, count: int, n_items: int, size: int) -> np.ndarray:
@@ -386,9 +393,19 @@ def _random_masks(rng: np.random.Generator, count: int, n_items: int, size: int)
 def _error_vectors(
     weight: np.ndarray, slope: np.ndarray, info: np.ndarray, masks: np.ndarray
 ) -> np.ndarray:
-    """The linearized error vectors ``v`` of :meth:`Population.subset_excess`, one per mask."""
+    """The linearized error vectors ``v`` of :meth:`Population.subset_excess`, one per mask.
+
+    ``weight`` and ``slope`` ``(N,)``, or ``(N, D)`` for ``D``-dim abilities: then
+    ``v_i = g_U' (I_D + sum_S g_j w_j') ^-1 w_i / |U|`` on the observed items, the
+    ability estimate's ``D``-dim shrinkage in place of the 1-D ratio.
+    """
     unobs = ~masks
     n_u = unobs.sum(axis=1, keepdims=True)
+    if slope.ndim == 2:
+        g_u = unobs.astype(np.float64) @ slope  # (M, D)
+        info_s = np.eye(slope.shape[1]) + np.einsum("mn,nd,ne->mde", masks, slope, weight)
+        kappa = np.linalg.solve(info_s, g_u[..., None])[..., 0]  # (M, D)
+        return np.where(unobs, -1.0 / n_u, (kappa @ weight.T) / n_u)
     g_u = (slope * unobs).sum(axis=1, keepdims=True)
     i_s = 1.0 + (info * masks).sum(axis=1, keepdims=True)
     return np.where(unobs, -1.0 / n_u, (g_u / n_u) * weight / i_s)

@@ -236,24 +236,29 @@ def score(
 
 
 def plugin_response(mean: ItemDraws, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``P_i`` and ``dP_i/d ability`` of a 1-D model at plug-in abilities.
+    """``P_i`` and ``dP_i/d ability`` at plug-in abilities.
 
     Parameters
     ----------
     mean
         One draw of item parameters (``ItemDraws.mean()``).
     theta
-        ``(L,)`` abilities.
+        ``(L,)`` abilities, or ``(L, D)`` for a ``2pl-md`` posterior.
 
     Returns
     -------
     tuple of numpy.ndarray
-        Both ``(L, N)``: the probability correct and its slope
-        ``a (P - c)(1 - P) / (1 - c)``, what :meth:`Population.subset_excess` linearizes in.
+        The probability correct ``(L, N)`` and its slope ``a (P - c)(1 - P) / (1 - c)``,
+        ``(L, N)``, or for a ``2pl-md`` posterior its gradient ``a_i P (1 - P)``,
+        ``(L, N, D)`` (``a_i`` the item's loadings): what
+        :meth:`Population.subset_excess` linearizes in.
     """
-    prob = mean.prob(np.asarray(theta, dtype=np.float64)[None, :])[0]
+    prob = mean.prob(np.asarray(theta, dtype=np.float64)[None])[0]
     c = mean.guessing[0]
-    return prob, mean.discrimination[0] * (prob - c) * (1.0 - prob) / (1.0 - c)
+    shape = (prob - c) * (1.0 - prob) / (1.0 - c)
+    if mean.loadings is None:
+        return prob, mean.discrimination[0] * shape
+    return prob, shape[:, :, None] * mean.loadings[0][None, :, :]
 
 
 def subset_widening(
@@ -282,10 +287,17 @@ def subset_widening(
     -------
     numpy.ndarray or None
         ``(llms,)`` variance for :meth:`Misfit.apply`'s ``extra_variance``;
-        None without a population, for a ``2pl-md`` posterior, or when the
-        population does not cover the benchmark items.
+        None without a population, when the population's ability dims are not
+        the posterior's, or when it does not cover the benchmark items.
     """
-    if population is None or draws.n_dims != 1:
+    if population is None:
+        return None
+    if population.n_dims != draws.n_dims:  # e.g. a 1-D population saved beside md draws
+        logger.debug(
+            "score: the saved population is %d-D, the posterior %d-D; no widening",
+            population.n_dims,
+            draws.n_dims,
+        )
         return None
     positions = population.positions(draws.items)
     if positions is None:

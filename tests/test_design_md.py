@@ -9,6 +9,7 @@ md posterior file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -385,3 +386,69 @@ def test_bad_input_on_an_md_posterior_is_one_line(md_file, tmp_path, capsys):
         assert code == 2 and len(err) == 1, (argv, err)
         assert needle is None or needle in err[0]
     assert not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------- subset widening in D dims
+def _masks(rng, count, n_items, size):
+    order = np.argsort(rng.random((count, n_items)), axis=1)[:, :size]
+    masks = np.zeros((count, n_items), dtype=bool)
+    np.put_along_axis(masks, order, True, axis=1)
+    return masks
+
+
+def test_md_error_vectors_reduce_to_the_1d_ones_and_are_rotation_invariant():
+    from bayes_microbench.population import _error_vectors, _score_weights
+
+    rng = np.random.default_rng(4)
+    prob = rng.uniform(0.2, 0.8, N_ITEMS)
+    slope = rng.uniform(0.1, 0.6, N_ITEMS)
+    masks = _masks(rng, 5, N_ITEMS, 15)
+    w1, info1 = _score_weights(prob, slope)
+    one_d = _error_vectors(w1, slope, info1, masks)
+    flat = np.stack([slope, np.zeros(N_ITEMS)], axis=1)  # the second dim carries nothing
+    w2, info2 = _score_weights(prob, flat)
+    np.testing.assert_allclose(info2, info1)
+    np.testing.assert_allclose(_error_vectors(w2, flat, info2, masks), one_d, rtol=1e-12)
+    # a rotation of the ability space moves every gradient, not the error of the estimate
+    grad = rng.normal(0.0, 0.4, (N_ITEMS, 2))
+    angle = 0.7
+    rot = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    w, info = _score_weights(prob, grad)
+    v = _error_vectors(w, grad, info, masks)
+    wr, infor = _score_weights(prob, grad @ rot)
+    np.testing.assert_allclose(_error_vectors(wr, grad @ rot, infor, masks), v, atol=1e-12)
+    assert not np.allclose(v, one_d)
+    # the unobserved items carry -1/|U| and the observed ones the ability's correction
+    np.testing.assert_allclose(v[~masks], -1.0 / (N_ITEMS - 15))
+
+
+def test_score_widens_an_md_subset_that_loads_on_one_cluster(world):
+    from bayes_microbench.scoring import score
+
+    resp, _, post = world
+    pop = estimate_population(post, resp)
+    # misfit the 2-D model leaves on the first half of the items only
+    half = np.arange(N_ITEMS) < N_ITEMS // 2
+    clustered = Population(
+        items=pop.items,
+        ability=pop.ability,
+        factor=np.where(half[:, None], 0.3, 0.0),
+        diag=np.zeros(N_ITEMS),
+        n_llms=pop.n_llms,
+    )
+    held = resp.isel(llm=np.arange(40))
+    with_pop = _misfit(clustered)
+    widths = {}
+    for design, items in {"cluster": np.arange(12), "random": np.arange(0, N_ITEMS, 5)}.items():
+        for name, m in (
+            ("none", dataclasses.replace(with_pop, population=None)),
+            ("population", with_pop),
+        ):
+            res = score(post, held.isel(item=items), misfit=m, random_seed=3)
+            lo, hi = res["accuracy_interval"].values.T
+            widths[design, name] = float(np.median(hi - lo))
+            if m.population is not None:
+                assert "widened for each llm's subset" in res.attrs["misfit"]
+    # the one-cluster subset is widened; a spread-out one of the same size hardly
+    assert widths["cluster", "population"] > 1.25 * widths["cluster", "none"]
+    assert widths["random", "population"] < 1.02 * widths["random", "none"]
