@@ -155,13 +155,11 @@ def report(runs: list[dict]) -> None:
                 "columns": [
                     "benchmark",
                     "seed, commit",
-                    "fits converged",
                     "design",
                     "n",
                     "coverage",
                     "MDAD predicted [posterior band]",
                     "realized",
-                    "inside",
                 ],
                 "where": {"n": ["50"], "design": ["random", "bayes-fisher"]},
             }
