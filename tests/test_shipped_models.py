@@ -243,6 +243,25 @@ def test_heldout_section_says_when_its_runs_predate_the_file(tmp_path):
     assert "predate" not in _heldout_text("musr", path, built="2026-12-02 20:00 UTC")
 
 
+def test_heldout_section_keeps_the_cards_model_and_says_when_its_fit_is_not_default(tmp_path):
+    from bayes_microbench.irt.build_models import _heldout_text
+
+    def run(model, seed):
+        row = {"design": "random", "n": 25, "coverage": 0.9, "width": 0.1}
+        doc = {"settings": {"benchmark": "gpqa", "random_seed": seed, "held_out": 60}}
+        return doc | {"scores": [row]} | ({"model": model} if model else {})
+
+    path = tmp_path / "heldout.json"
+    path.write_text(json.dumps({"runs": [run(None, 0), run("2pl-md", 7)]}))
+    one_d = _heldout_text("gpqa", path)
+    assert "| 0 | 60 | random |" in one_d and "| 7 |" not in one_d
+    md = _heldout_text("gpqa", path, model="2pl-md")
+    assert "| 7 | 60 | random |" in md and "| 0 |" not in md
+    tuned = _heldout_text("gpqa", path, default_fit=False)
+    assert "not this file's own settings" in tuned
+    assert "own settings" not in one_d
+
+
 def test_the_compact_form_only_where_float32_keeps_too_few_draws():
     """float32 thinning for a benchmark of hundreds of items; the compact form (int16, no
     difficulty: 2 x 2 bytes per item and draw) for MMLU-Pro's 12032 items."""

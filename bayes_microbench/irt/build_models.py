@@ -470,7 +470,12 @@ def _card_markdown(c: dict[str, Any]) -> str:
     )
     compaction = _compaction_text(c.get("compaction"), c["thin"], bool(c.get("compact")))
     loo = _loo_text(c.get("loo"))
-    heldout = _heldout_text(c.get("benchmark"), built=c.get("date"))
+    heldout = _heldout_text(
+        c.get("benchmark"),
+        built=c.get("date"),
+        model=c.get("model", "2pl"),
+        default_fit=c.get("default_fit", True),
+    )
     if not d["ok"]:
         status_note = (
             "\n**This fit did not converge.** It is shipped marked as such: `load_posterior` "
@@ -629,13 +634,21 @@ with the same calibration, seed 0):
 
 
 def _heldout_text(
-    benchmark: str | None, results: Path = HELDOUT_RESULTS, built: str | None = None
+    benchmark: str | None,
+    results: Path = HELDOUT_RESULTS,
+    built: str | None = None,
+    *,
+    model: str = "2pl",
+    default_fit: bool = True,
 ) -> str:
     """The card's held-out section: the coverage of the default intervals on llms the
     posterior never saw, from ``benchmarks/study_heldout_validation.py``'s saved runs.
 
     ``built``: the card's build date (``YYYY-MM-DD HH:MM UTC``); runs older than it are
-    said to predate the file, whose procedure may have changed since.
+    said to predate the file, whose procedure may have changed since. ``model``: only
+    runs that fitted this model (a run without one fitted the 2PL). ``default_fit``:
+    False for a file built with settings of its own, which the runs (always the
+    default fit) did not use: the section says so.
     """
     runs = []
     if benchmark and results.is_file():
@@ -643,6 +656,7 @@ def _heldout_text(
             r
             for r in json.loads(results.read_text()).get("runs", [])
             if r.get("settings", {}).get("benchmark") == benchmark
+            and r.get("model", "2pl") == model
         ]
     head = "\n## Held-out coverage\n"
     if not runs:
@@ -671,6 +685,13 @@ def _heldout_text(
             if built and r.get("date", "") < built
         }
     )
+    if not default_fit:
+        lines[2:2] = [
+            "",
+            "**These runs fitted the default procedure, not this file's own settings** "
+            "(its prior and draws above): they measure what `fit` does by default on this "
+            "benchmark.",
+        ]
     if older:
         when = "; ".join(f"{d} (commit {c})" for d, c in older)
         lines[2:2] = [
@@ -716,7 +737,8 @@ def _loo_text(rows: list[dict[str, Any]] | None) -> str:
     )
     return f"""
 ## Model choice: PSIS-LOO against the 1PL
-Both default fits on the same responses (`irt.checks.loo_rows`, 400 draws), best first:
+This file's fit and the default 1PL on the same responses (`irt.checks.loo_rows`, 400
+draws), best first:
 
 | model | elpd_loo | SE | elpd_diff | dse | cells k > 0.7 | converged |
 |---|---|---|---|---|---|---|
