@@ -32,9 +32,9 @@ posterior is the ``D``-dim one scoring uses (:func:`~bayes_microbench.ability.ab
 on :func:`~bayes_microbench.ability.scoring_grid`), the ``goal`` rules read only
 P(correct) under the joint draws and so are unchanged, and ``fisher`` becomes
 the ``D``-dim c-optimal rule (:meth:`AdaptiveState._fisher`)
-(docs/decisions/0031-bayesian-selectors-in-d-dimensions.md). Its interval carries
-``score``'s subset widening (docs/decisions/0033); the ``goal`` rules do not yet
-count each candidate's widening in D dims (``excess_if_added`` is 1-D).
+(docs/decisions/0031-bayesian-selectors-in-d-dimensions.md); its interval carries
+``score``'s subset widening and the ``goal`` rules count each candidate's widening
+in ``D`` dims (docs/decisions/0033).
 """
 
 from __future__ import annotations
@@ -192,9 +192,11 @@ class AdaptiveState:
         self._mean = self.draws.mean()
         pop = None if self.misfit is None else self.misfit.population
         #: the saved population's positions of the posterior's items, for the rules'
-        #: look-ahead (None: none; 1-D only, docs/decisions/0033)
+        #: look-ahead (None: no population, or one of other ability dims)
         self._pop_positions = (
-            None if pop is None or self.draws.n_dims > 1 else pop.positions(self.draws.items)
+            None
+            if pop is None or pop.n_dims != self.draws.n_dims
+            else pop.positions(self.draws.items)
         )
         self._ref_draws: np.ndarray | None = None
         if self.settings.goal == "rank":
@@ -380,7 +382,8 @@ class AdaptiveState:
             return 0.0
         assert self.misfit is not None and self.misfit.population is not None
         observed = self._observed()
-        prob, slope = plugin_response(self._mean, np.array([self._ability.mean()]))
+        # the plug-in ability: the posterior mean, (1,) or (1, D)
+        prob, slope = plugin_response(self._mean, self._ability.mean(axis=0)[None])
         prob, slope = prob[0], slope[0]
         excess = self.misfit.population.excess_if_added(
             prob, slope, observed, cand, positions, random_seed=[self.settings.seed, self.n_used]

@@ -197,7 +197,9 @@ class Population:
         Parameters
         ----------
         prob, slope
-            ``(N,)``: ``P_i`` and ``dP_i/da`` at the llm's plug-in ability.
+            ``(N,)``: ``P_i`` and ``dP_i/da`` at the llm's plug-in ability
+            (``slope`` ``(N, D)`` for ``D``-dim abilities: the gradient; the update
+            then solves one ``D x D`` system per candidate).
         observed
             ``(N,)`` bool: the items asked so far.
         candidates
@@ -227,15 +229,29 @@ class Population:
         diag = np.asarray(diag, dtype=np.float64)
         w, info = _score_weights(prob, slope)
         unseen = ~seen
-        f_c, w_c, d_c = factor[cand], w[cand], diag[cand]
-        # v on U - {c}: -1 / (|U| - 1); on S + {c}: coef * w_i
-        coef = (slope[unseen].sum() - slope[cand]) / (n_u1 * (1.0 + info[seen].sum() + info[cand]))
-        low = -(factor[unseen].sum(axis=0) - f_c) / n_u1 + coef[:, None] * (
-            (w[seen, None] * factor[seen]).sum(axis=0) + w_c[:, None] * f_c
-        )
-        on_diag = (diag[unseen].sum() - d_c) / n_u1**2 + coef**2 * (
-            (w[seen] ** 2 * diag[seen]).sum() + w_c**2 * d_c
-        )
+        f_c, d_c = factor[cand], diag[cand]
+        rest = -(factor[unseen].sum(axis=0) - f_c) / n_u1
+        rest_diag = (diag[unseen].sum() - d_c) / n_u1**2
+        if slope.ndim == 2:  # D dims: v_i = kappa_c . w_i / (|U| - 1) on S + {c}
+            g, w_s = slope[seen], w[seen]
+            base = np.eye(slope.shape[1]) + g.T @ w_s  # I_D + sum_S g w'
+            mat = base[None] + slope[cand][:, :, None] * w[cand][:, None, :]
+            rhs = slope[unseen].sum(axis=0)[None] - slope[cand]
+            kappa = np.linalg.solve(mat, rhs[..., None])[..., 0] / n_u1  # (C, D)
+            kw_c = (kappa * w[cand]).sum(axis=1)
+            low = rest + kappa @ (w_s.T @ factor[seen]) + kw_c[:, None] * f_c
+            quad = np.einsum("cd,de,ce->c", kappa, (w_s * diag[seen, None]).T @ w_s, kappa)
+            on_diag = rest_diag + quad + kw_c**2 * d_c
+        else:
+            w_c = w[cand]
+            # v on U - {c}: -1 / (|U| - 1); on S + {c}: coef * w_i
+            coef = (slope[unseen].sum() - slope[cand]) / (
+                n_u1 * (1.0 + info[seen].sum() + info[cand])
+            )
+            low = rest + coef[:, None] * (
+                (w[seen, None] * factor[seen]).sum(axis=0) + w_c[:, None] * f_c
+            )
+            on_diag = rest_diag + coef**2 * ((w[seen] ** 2 * diag[seen]).sum() + w_c**2 * d_c)
         own = np.maximum((low * low).sum(axis=1) + on_diag, 0.0)
         rng = np.random.default_rng(random_seed)
         masks = _random_masks(rng, n_random, n_items, int(seen.sum()) + 1)
@@ -374,7 +390,7 @@ def _score_weights(prob: np.ndarray, slope: np.ndarray) -> tuple[np.ndarray, np.
     """``dlog-lik/da`` per residual (``g / PQ``) and the Fisher information ``g^2 / PQ``.
 
     A ``D``-dim ``slope`` (``prob.shape + (D,)``) gives a ``D``-dim weight and the
-    information's trace, which only :meth:`Population.excess_if_added` (1-D) reads.
+    information's trace (the D-dim paths build the information matrix themselves).
     """
     pq = np.maximum(prob * (1.0 - prob), 1e-9)
     weight = slope / (pq if slope.ndim == prob.ndim else pq[..., None])

@@ -199,3 +199,50 @@ def test_adapt_command_on_an_md_posterior(sim, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "not in the posterior" in err[0], err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_md_goal_rule_sees_each_candidates_widening(sim):
+    """With a 2-D population the look-ahead is :meth:`Population.excess_if_added` at the
+    D-dim plug-in ability (scaled to the number correct), not zero as before."""
+    from bayes_microbench.misfit import Misfit
+    from bayes_microbench.population import Population
+    from bayes_microbench.scoring import plugin_response
+
+    post, y, items = sim
+    half = np.arange(N_ITEMS) < N_ITEMS // 2
+    pop = Population(
+        items=np.array(items),
+        ability=np.random.default_rng(0).standard_normal((50, 2)),
+        factor=np.where(half[:, None], 0.1, 0.0),
+        diag=np.zeros(N_ITEMS),
+        n_llms=50,
+    )
+    misfit = Misfit(
+        n_observed=np.array([5]),
+        knots=np.array([[0.2, 0.5, 0.8]]),
+        centre=np.array([[0.2, 0.5, 0.8]]),
+        variance=np.array([[0.0, 0.0, 0.0]]),
+        quantiles=np.array([[-1.6, 0.0, 1.6]]),
+        levels=np.array([0.05, 0.5, 0.95]),
+        excess_sd=np.array([0.0]),
+        linear_slope=np.array([1.0]),
+        n_cases=np.array([100]),
+        n_llms=50,
+        n_splits=2,
+        design="random",
+        population=pop,
+    )
+    st = AdaptiveState(post, settings=Settings(width=0.05, budget=100), misfit=misfit)
+    st.record({items[i]: int(y[0, i]) for i in range(0, 120, 12)})  # spread over both halves
+    st.state()
+    observed = st._observed()
+    cand = np.nonzero(~observed)[0]
+    got = st._excess_after(cand)
+    prob, grad = plugin_response(st._mean, st._ability.mean(axis=0)[None])
+    assert grad.shape == (1, N_ITEMS, 2)
+    want = pop.excess_if_added(
+        prob[0], grad[0], observed, cand, random_seed=[st.settings.seed, st.n_used]
+    )
+    rest = N_ITEMS - st.n_used - 1
+    np.testing.assert_allclose(got, np.maximum(want, 0.0) * rest**2)
+    assert got.max() > 0.0 and np.ptp(got) > 0.0  # the rule sees it, candidate by candidate

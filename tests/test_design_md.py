@@ -452,3 +452,30 @@ def test_score_widens_an_md_subset_that_loads_on_one_cluster(world):
     # the one-cluster subset is widened; a spread-out one of the same size hardly
     assert widths["cluster", "population"] > 1.25 * widths["cluster", "none"]
     assert widths["random", "population"] < 1.02 * widths["random", "none"]
+
+
+def test_md_excess_if_added_is_the_subset_excess_of_the_larger_subset(world):
+    """The D-dim one-pass update equals :meth:`subset_excess` recomputed for each
+    ``S + {c}``; items of the loaded cluster raise the excess, the others lower it."""
+    resp, _, post = world
+    pop = estimate_population(post, resp)
+    half = np.arange(N_ITEMS) < N_ITEMS // 2
+    clustered = dataclasses.replace(
+        pop, factor=np.where(half[:, None], 0.1, 0.0), diag=np.full(N_ITEMS, 0.01)
+    )
+    rng = np.random.default_rng(4)
+    prob = rng.uniform(0.2, 0.8, N_ITEMS)
+    grad = (prob * (1 - prob))[:, None] * rng.normal(0.8, 0.5, (N_ITEMS, 2))
+    seen = np.zeros(N_ITEMS, dtype=bool)
+    seen[rng.choice(N_ITEMS // 2, 10, replace=False)] = True  # the loaded half only
+    cand = np.nonzero(~seen)[0]
+    fast = clustered.excess_if_added(prob, grad, seen, cand, random_seed=9)
+    slow = np.empty(len(cand))
+    for k, c in enumerate(cand):
+        grown = seen.copy()
+        grown[c] = True
+        slow[k] = clustered.subset_excess(prob[None], grad[None], grown[None], random_seed=9)[0]
+    np.testing.assert_allclose(fast, slow, rtol=1e-9, atol=1e-15)
+    # adding an item of the loaded cluster raises the excess; one of the other half lowers it
+    inside, outside = fast[cand < N_ITEMS // 2], fast[cand >= N_ITEMS // 2]
+    assert np.median(inside) > 0 > np.median(outside)
