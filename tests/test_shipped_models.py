@@ -259,6 +259,7 @@ def test_heldout_section_keeps_the_cards_model_and_says_when_its_fit_is_not_defa
     assert "| 7 | 60 | random |" in md and "| 0 |" not in md
     tuned = _heldout_text("gpqa", path, default_fit=False)
     assert "not this file's own settings" in tuned
+    assert "The default procedure of this benchmark" in tuned
     assert "own settings" not in one_d
 
 

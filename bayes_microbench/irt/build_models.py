@@ -666,9 +666,14 @@ def _heldout_text(
             "coverage of `score`'s intervals on the held-out llms; "
             "`benchmarks/study_heldout_validation.py` records it for the report.\n"
         )
+    procedure = (
+        "The procedure that built this file (the default fit and its calibration)"
+        if default_fit
+        else "The default procedure of this benchmark (the default fit and its calibration)"
+    )
     lines = [
         head,
-        "The procedure that built this file (the default fit and its calibration), rerun "
+        f"{procedure}, rerun "
         "with llms held out and scored by default `score` on subsets of each design and size "
         "(`benchmarks/study_heldout_validation.py`; `benchmarks/results/heldout_validation.json` "
         "has the MDAD and ranking checks of the same runs). Coverage of the 90% interval of "
@@ -689,8 +694,7 @@ def _heldout_text(
         lines[2:2] = [
             "",
             "**These runs fitted the default procedure, not this file's own settings** "
-            "(its prior and draws above): they measure what `fit` does by default on this "
-            "benchmark.",
+            "(its prior, parameterization and draws above).",
         ]
     if older:
         when = "; ".join(f"{d} (commit {c})" for d, c in older)
