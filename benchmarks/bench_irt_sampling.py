@@ -60,6 +60,10 @@ VARIANTS: dict[str, tuple[str, str, str, dict, str]] = {
     "3pl-learned-nutpie": ("3pl", "decoupled", "nutpie", {}, "auto"),
 }
 DEFAULT = ["decoupled-nutpie", "decoupled-nutpie-tn", "decoupled-nutpie-diag"]
+# what `fit --responses gpqa.csv --output ...` runs with no other flag (`irt.model.fit_default`:
+# the data's prior, the chains continued while only R-hat or ESS miss, the remedies), and
+# the same for the 2-D multidimensional 2PL (`fit --model 2pl-md`)
+DEFAULT_FITS = {"default": ("2pl", {}), "default-md": ("2pl-md", {"n_dims": 2})}
 
 
 def one(name: str, tune: int, draws: int, seed: int) -> dict:
@@ -70,6 +74,8 @@ def one(name: str, tune: int, draws: int, seed: int) -> dict:
     from bayes_microbench.exceptions import ConvergenceWarning
     from bayes_microbench.irt import IRTModel
 
+    if name in DEFAULT_FITS:
+        return one_default(name, seed)
     model, param, backend, config, adaptation = VARIANTS[name]
     if name.endswith("-xla"):
         os.environ["BAYES_MICROBENCH_ACCELERATE"] = "workers"  # all but the FFI kernel
@@ -97,6 +103,45 @@ def one(name: str, tune: int, draws: int, seed: int) -> dict:
         "backend": backend,
         "wall_s": wall,
         "sampling_s": fit.wall_seconds,
+        "max_rhat": d.max_rhat,
+        "worst_rhat": d.worst_rhat,
+        "min_ess_bulk": d.min_ess_bulk,
+        "worst_ess": d.worst_ess_bulk,
+        "min_ess_tail": d.min_ess_tail,
+        "divergences": d.divergences,
+        "min_bfmi": d.min_bfmi,
+        "steps": d.mean_tree_size,
+        "converged": d.ok,
+    }
+
+
+def one_default(name: str, seed: int) -> dict:
+    """The default fit (``fit_default``) of one of :data:`DEFAULT_FITS`, in this process."""
+    import warnings
+
+    from bayes_microbench import load_responses
+    from bayes_microbench.exceptions import ConvergenceWarning
+    from bayes_microbench.irt.model import fit_default
+
+    model, config = DEFAULT_FITS[name]
+    start = time.perf_counter()
+    resp = load_responses(GPQA)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fit = fit_default(resp, model, config or None, random_seed=seed)
+    wall = time.perf_counter() - start
+    d = fit.diagnostics
+    assert d is not None
+    return {
+        "variant": name,
+        "model": model,
+        "parameterization": fit.parameterization,
+        "backend": "nutpie",
+        "prior": fit.config.discrimination_prior,
+        "draws_tried": [r.get("draws_tried") for r in fit.fit_info.get("refits", [])],
+        "seed": seed,
+        "wall_s": wall,
+        "sampling_s": fit.fit_info.get("wall_seconds_all"),
         "max_rhat": d.max_rhat,
         "worst_rhat": d.worst_rhat,
         "min_ess_bulk": d.min_ess_bulk,
@@ -179,12 +224,24 @@ def main() -> int:
     parser.add_argument("--tune", type=int, default=1000)
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--seeds",
+        help="comma list: one repetition per seed (the seed of our variants; py-irt keeps "
+        "its own), replacing --seed and --repeat",
+    )
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument(
         "--repeat",
         type=int,
         default=1,
         help="run the variants and py-irt this many times, interleaved (medians reported)",
+    )
+    parser.add_argument(
+        "--pyirt-threads",
+        type=int,
+        default=1,
+        help="torch threads of py-irt (default 1: on this shared 2-core machine torch's own "
+        "two threads spin under load, benchmarks/reference/README.md; 0 = torch's own)",
     )
     parser.add_argument("--no-report", action="store_true")
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -196,6 +253,9 @@ def main() -> int:
         runs = json.loads(RESULTS.read_text())["runs"]
         last = runs[-1]
         args.tune, args.draws, args.seed = last["tune"], last["draws"], last["seed"]
+        seeds = last.get("seeds")
+        args.seeds = ",".join(str(x) for x in seeds) if seeds else None
+        args.pyirt_threads = last.get("pyirt_threads")
         report(
             last["rows"],
             last.get("pyirt"),
@@ -212,9 +272,12 @@ def main() -> int:
         print(f"{GPQA} not present; nothing to benchmark", file=sys.stderr)
         return 1
     names = [v for v in args.variants.split(",") if v]
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+    if seeds:
+        args.repeat, args.seed = len(seeds), seeds[0]
     for name in names:
-        if name not in VARIANTS:
-            parser.error(f"unknown variant {name!r}; known: {list(VARIANTS)}")
+        if name not in VARIANTS and name not in DEFAULT_FITS:
+            parser.error(f"unknown variant {name!r}; known: {[*VARIANTS, *DEFAULT_FITS]}")
     rows: list[dict] = []
     refs: list[dict] = []
     py = pyirt_python()
@@ -222,10 +285,13 @@ def main() -> int:
     # then hits both sides of a ratio
     pyirt_cmd = [str(py), str(HERE / "reference" / "run_pyirt.py"), "--responses", str(GPQA)]
     pyirt_cmd += ["--epochs", "2000"]
+    if args.pyirt_threads:
+        pyirt_cmd += ["--threads", str(args.pyirt_threads)]
     for rep in range(args.repeat):
         for name in names:
             cmd = [sys.executable, __file__, "--one", name, "--tune", str(args.tune)]
-            cmd += ["--draws", str(args.draws), "--seed", str(args.seed)]
+            seed = seeds[rep] if seeds else args.seed
+            cmd += ["--draws", str(args.draws), "--seed", str(seed)]
             row, res = _measure(cmd, args.timeout, variant=name, rep=rep)
             row.update({k: v for k, v in (res or {}).items() if k not in row})
             print(json.dumps(row, default=float), flush=True)
@@ -254,6 +320,8 @@ def main() -> int:
                 "tune": args.tune,
                 "draws": args.draws,
                 "seed": args.seed,
+                "seeds": seeds,
+                "pyirt_threads": args.pyirt_threads,
                 "rows": rows,
                 "pyirt": ref,
                 "pyirt_reps": refs,
@@ -269,7 +337,11 @@ def _f(x: object, fmt: str) -> str:
 
 
 def _label(r: dict) -> str:
-    """The variant, with its repetition from the second on (``name #2``)."""
+    """The variant, with its repetition from the second on (``name #2``); a default fit
+    with its seed, prior and the draws per chain of each fit it tried."""
+    if r.get("draws_tried"):
+        fits = "; ".join(", ".join(str(d) for d in tried) for tried in r["draws_tried"])
+        return f"{r['variant']} (seed {r['seed']}, {r.get('prior')}, checked at {fits} draws)"
     return r["variant"] + (f" #{r['rep'] + 1}" if r.get("rep") else "")
 
 
@@ -304,22 +376,25 @@ def _repeat_summary(rows: list[dict], refs: list[dict]) -> list[str]:
         + " s.",
         "",
         "| variant | runs | median wall s | median CPU s | wall ratio to py-irt per repetition "
-        "| median ratio | converged |",
-        "|---|---|---|---|---|---|---|",
+        "| median ratio | CPU ratio per repetition | median CPU ratio | converged |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == name and not r.get("error")]
         if not mine:
             continue
         ratios = [r["wall_s"] / by_rep[r["rep"]]["wall_s"] for r in mine if r["rep"] in by_rep]
+        cpu = [r["cpu_s"] / by_rep[r["rep"]]["cpu_s"] for r in mine if r["rep"] in by_rep]
         lines.append(
             f"| {name} | {len(mine)} | {statistics.median(r['wall_s'] for r in mine):.1f} | "
             f"{statistics.median(r['cpu_s'] for r in mine):.0f} | "
             + ", ".join(f"{x:.2f}" for x in ratios)
             + f" | {statistics.median(ratios):.2f} | "
+            + ", ".join(f"{x:.2f}" for x in cpu)
+            + f" | {statistics.median(cpu):.2f} | "
             f"{sum(bool(r.get('converged')) for r in mine)}/{len(mine)} |"
             if ratios
-            else f"| {name} | {len(mine)} | - | - | - | - | - |"
+            else f"| {name} | {len(mine)} | - | - | - | - | - | - | - |"
         )
     return [*lines, ""]
 
@@ -335,9 +410,15 @@ def report(
     sys.path.insert(0, str(HERE))
     from _report import write_section
 
+    seeds = getattr(args, "seeds", None)
     lines = [
         f"GPQA 420 x 448, NUTS 2 chains x ({args.tune} tune + {args.draws} draws), seed "
-        f"{args.seed}; each variant a fresh process (build + JAX compile + sampling counted). "
+        + (f"{seeds} (one repetition per seed)" if seeds else f"{args.seed}")
+        + "; `default` / `default-md` = what `fit` does with no other flag for the 2PL / the "
+        "2-D `2pl-md` (`irt.model.fit_default`: the discrimination prior the data choose, "
+        "draws continued while only R-hat or ESS miss, up to 4000; docs/decisions/0036), "
+        "labelled with the seed, prior and draws per chain of each fit it tried"
+        "; each variant a fresh process (build + JAX compile + sampling counted). "
         "Converged = every R-hat <= 1.01, every bulk and tail ESS >= 400, no divergences, "
         "BFMI >= 0.3 over ability, difficulty, discrimination, intercept and the subtask "
         "parameters. `load` is the 1-minute load average when the variant started "
@@ -376,8 +457,11 @@ def report(
     elif ref.get("error"):
         lines.append(f"py-irt reference failed in this run: {ref['error']}")
     else:
+        threads = getattr(args, "pyirt_threads", None)
         lines.append(
-            f"py-irt hierarchical 2PL SVI, 2000 epochs (same run): wall {ref['wall_s']:.1f} s "
+            "py-irt hierarchical 2PL SVI, 2000 epochs (same run"
+            + (f", torch on {threads} thread" if threads else "")
+            + f"): wall {ref['wall_s']:.1f} s "
             f"(its own timer, training loop only: {_f(ref.get('reported_wall_s'), '.1f')} s wall, "
             f"{_f(ref.get('reported_cpu_s'), '.1f')} s CPU), process CPU {ref['cpu_s']:.0f} s, "
             f"peak {_f(ref.get('peak_mib'), '.0f')} MiB, "
@@ -429,7 +513,7 @@ def report(
         "IRT sampling on GPQA: parameterizations, back ends, py-irt",
         "\n".join(lines),
         run=saved_run,
-        headline=[0],
+        headline=[0, 1] if refs and len(refs) > 1 else [0],
     )
 
 

@@ -48,11 +48,12 @@ def test_more_draws(kw, draws, expected):
 
 
 def test_fit_extending_draws_refits_until_converged_or_the_budget(monkeypatch):
-    """The loop, with a stand-in for NUTS whose ESS is a twentieth of its draws."""
+    """The numpyro loop, with a stand-in for NUTS whose ESS is a twentieth of its draws."""
     calls = []
 
     def fake_fit(self, method, *, draws=1000, **kwargs):
         calls.append(draws)
+        assert "draws_budget" not in kwargs  # numpyro's chains are refitted, not continued
         self.diagnostics = summary(bulk=draws / 20, tail=draws / 20)
         self.wall_seconds = 1.0
         self.idata = object()
@@ -63,19 +64,41 @@ def test_fit_extending_draws_refits_until_converged_or_the_budget(monkeypatch):
     monkeypatch.setattr(M.IRTModel, "fit", fake_fit)
     resp = simulate_responses("gpqa", n_llms=12, n_items=10, random_seed=0)
     with pytest.warns(ConvergenceWarning, match="not converged at 4000") as said:
-        fit = M.fit_extending_draws(resp, "2pl", draws=1000)
+        fit = M.fit_extending_draws(resp, "2pl", draws=1000, backend="numpyro")
     assert calls == [1000, 4000] and fit.fit_info["draws_tried"] == [1000, 4000]
     assert len([w for w in said if w.category is ConvergenceWarning]) == 1  # said once
     assert fit.fit_info["wall_seconds_all"] == 2.0
     calls.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a fit that converges says nothing
-        fit = M.fit_extending_draws(resp, "2pl", draws=8000, budget=8000)
+        fit = M.fit_extending_draws(resp, "2pl", draws=8000, budget=8000, backend="numpyro")
     assert calls == [8000] and fit.converged
 
 
-def _fake_nuts(monkeypatch, verdicts, calls):
-    """A stand-in for NUTS whose diagnostics depend on (parameterization, prior) only."""
+def test_fit_extending_draws_continues_nutpies_chains_in_one_fit(monkeypatch):
+    calls = []
+
+    def fake_fit(self, method, *, draws=1000, draws_budget=None, **kwargs):
+        calls.append((draws, draws_budget))
+        self.diagnostics = summary()
+        self.wall_seconds = 2.5
+        self.idata = object()
+        self.fit_info["attempts"] = [{"draws": draws}]
+        return self
+
+    monkeypatch.setattr(M.IRTModel, "fit", fake_fit)
+    resp = simulate_responses("gpqa", n_llms=12, n_items=10, random_seed=0)
+    fit = M.fit_extending_draws(resp, "2pl", draws=1000, budget=3000)
+    assert calls == [(1000, 3000)]  # one fit: the chains are continued inside it
+    assert fit.fit_info["wall_seconds_all"] == 2.5
+
+
+def _fake_nuts(monkeypatch, verdicts, calls, share=0.0):
+    """A stand-in for NUTS whose diagnostics depend on (parameterization, prior) only;
+    the data's share of non-discriminating items is ``share``."""
+    from bayes_microbench.irt import policy
+
+    monkeypatch.setattr(policy, "weak_item_share", lambda values: share)
 
     def fake_fit(self, method, *, draws=1000, parameterization="auto", **kwargs):
         if parameterization == "auto":
@@ -136,7 +159,7 @@ def test_fit_default_keeps_the_best_unconverged_fit_and_warns_once(monkeypatch):
 def test_fit_default_refits_only_what_the_caller_left_to_it(monkeypatch):
     calls = []
     verdicts = {k: {"rhat": 1.06} for k in SMALL}
-    verdicts[("non-centered", "truncated-normal")] = {"rhat": 1.06}
+    verdicts[("decoupled", "truncated-normal")] = {"rhat": 1.06}
     _fake_nuts(monkeypatch, verdicts, calls)
     resp = simulate_responses("gpqa", n_llms=12, n_items=10, random_seed=0)
     with pytest.warns(ConvergenceWarning):
@@ -145,7 +168,7 @@ def test_fit_default_refits_only_what_the_caller_left_to_it(monkeypatch):
     calls.clear()
     with pytest.warns(ConvergenceWarning):
         M.fit_default(resp, "2pl", {"discrimination_prior": "truncated-normal"}, random_seed=0)
-    assert calls == [("non-centered", "truncated-normal")]  # a prior given: no refit
+    assert calls == [("decoupled", "truncated-normal")]  # a prior given: no refit
     calls.clear()
     with pytest.warns(ConvergenceWarning):
         fit = M.fit_default(resp, "2pl", random_seed=0, refit_seconds=0.5)
@@ -207,3 +230,74 @@ def test_fit_cli_names_every_refit_it_tried_in_one_line(monkeypatch, tmp_path, c
         "divergences); --parameterization decoupled, --discrimination-prior truncated-normal "
         "(max R-hat 1.300, 0 divergences)"
     ) in errors[0]
+
+
+def test_fit_default_starts_from_the_prior_the_data_choose(monkeypatch):
+    calls = []
+    verdicts = {("decoupled", "truncated-normal"): {}}
+    _fake_nuts(monkeypatch, verdicts, calls, share=0.44)
+    resp = simulate_responses("gpqa", n_llms=120, n_items=10, random_seed=0)
+    fit = M.fit_default(resp, "2pl", random_seed=0)
+    assert calls == [("decoupled", "truncated-normal")]
+    assert fit.fit_info["prior_choice"] == {
+        "prior": "truncated-normal",
+        "weak_item_share": 0.44,
+        "threshold": 0.2,
+    }
+    assert fit.fit_info["refits"][0]["settings"] == {"discrimination_prior": "truncated-normal"}
+    calls.clear()
+    fit = M.fit_default(resp, "2pl", {"discrimination_prior": "truncated-normal"}, random_seed=0)
+    assert "prior_choice" not in fit.fit_info  # the caller's prior: nothing chosen
+
+
+@pytest.mark.parametrize(
+    ("n_llms", "tried"),
+    [
+        (120, [("decoupled", "truncated-normal"), ("decoupled", "lognormal")]),
+        (
+            12,
+            [
+                ("decoupled", "truncated-normal"),
+                ("decoupled-nc", "lognormal"),
+                ("decoupled", "lognormal"),
+            ],
+        ),
+    ],
+)
+def test_a_missed_data_chosen_prior_falls_back_to_the_lognormal(monkeypatch, n_llms, tried):
+    calls = []
+    verdicts = {k: {"rhat": 1.06} for k in tried}
+    _fake_nuts(monkeypatch, verdicts, calls, share=0.3)
+    resp = simulate_responses("gpqa", n_llms=n_llms, n_items=10, random_seed=0)
+    with pytest.warns(ConvergenceWarning):
+        fit = M.fit_default(resp, "2pl", random_seed=0)
+    assert calls == tried
+    assert [r["settings"].get("discrimination_prior") for r in fit.fit_info["refits"]] == [
+        "truncated-normal",
+        *["lognormal"] * (len(tried) - 1),
+    ]
+
+
+def test_weak_item_share_counts_items_that_do_not_rise_with_the_rest():
+    import numpy as np
+
+    from bayes_microbench.irt.policy import WEAK_ITEM_SHARE, data_prior, weak_item_share
+
+    rng = np.random.default_rng(0)
+    ability = rng.normal(size=300)
+    good = (ability[:, None] + rng.normal(size=(300, 16)) > 0).astype(float)
+    flat = (rng.random((300, 4)) < 0.3).astype(float)  # no discrimination
+    backwards = (-ability[:, None] + rng.normal(size=(300, 4)) > 0).astype(float)
+    values = np.hstack([good, flat, backwards])
+    values[rng.random(values.shape) < 0.1] = np.nan  # missing cells are left out
+    share = weak_item_share(values)
+    # the 4 backward items, and about half the flat ones; none of the 16 good ones
+    assert 4 / 24 <= share <= 8 / 24
+    assert weak_item_share(good) == 0.0
+    assert data_prior(good, "2pl") == ("lognormal", 0.0)
+    assert data_prior(values, "2pl")[0] == (
+        "truncated-normal" if share >= WEAK_ITEM_SHARE else "lognormal"
+    )
+    assert data_prior(np.hstack([good, backwards, backwards]), "2pl")[0] == "truncated-normal"
+    assert data_prior(values, "3pl")[0] == "lognormal"  # only the 2PL's prior is chosen
+    assert weak_item_share(np.ones((5, 3))) == 0.0  # nothing answered both ways

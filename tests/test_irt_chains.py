@@ -8,6 +8,8 @@ import textwrap
 
 import pytest
 
+from .conftest import ROOT
+
 pytest.importorskip("nutpie")
 
 
@@ -56,3 +58,102 @@ def test_worker_count_falls_back_to_threads():
     jax = pytest.importorskip("jax")
     jax.numpy.zeros(1).block_until_ready()  # JAX running here: forking is unsafe
     assert worker_count(2) == 1
+
+
+def _tiny_model():
+    import pymc as pm
+
+    with pm.Model() as model:
+        x = pm.Normal("x", 0.0, 1.0, shape=5)
+        pm.Normal("y", x.sum(), 1.0, observed=3.0)  # no zero gradient at the start
+    return model
+
+
+def _scripted(targets, seen):
+    """An Extension whose decide asks for ``targets`` in turn, recording the draws it saw."""
+    from bayes_microbench.irt._chains import Extension
+
+    todo = list(targets)
+
+    def decide(raw, stats):
+        seen.append((raw["x"].shape[1], stats["diverging"].shape[1]))
+        return todo.pop(0) if todo else None
+
+    return Extension(budget=400, decide=decide)
+
+
+SETTINGS = dict(chains=2, cores=2, seed=5, tune=50, target_accept=0.8, progressbar=False)
+
+
+def test_continued_chains_are_the_draws_a_longer_fit_makes():
+    """Paused at 60 draws and continued to 130: the first 130 draws of a 130-draw fit."""
+    import numpy as np
+
+    from bayes_microbench.irt._chains import nutpie_draws
+
+    model, seen = _tiny_model(), []
+    raw, stats = nutpie_draws(
+        model, draws=60, adaptation="diag", extension=_scripted([130], seen), **SETTINGS
+    )
+    assert seen == [(60, 60), (130, 130)]  # decide saw each checkpoint, cut to its draws
+    assert raw["x"].shape == (2, 130, 5) and stats["diverging"].shape == (2, 130)
+    plain, _ = nutpie_draws(model, draws=130, adaptation="diag", **SETTINGS)
+    np.testing.assert_array_equal(raw["x"], plain["x"])
+    seen.clear()
+    raw, _ = nutpie_draws(
+        model, draws=60, adaptation="diag", extension=_scripted([], seen), **SETTINGS
+    )
+    assert seen == [(60, 60)]  # stopped at the first checkpoint
+    np.testing.assert_array_equal(raw["x"], plain["x"][:, :60])
+
+
+@pytest.mark.long
+def test_worker_processes_continue_their_chains_at_each_checkpoint():
+    from .conftest import require_accelerators
+
+    require_accelerators("workers")
+    code = textwrap.dedent(
+        """
+        import numpy as np
+        from tests.test_irt_chains import SETTINGS, _scripted, _tiny_model
+        from bayes_microbench.irt._chains import nutpie_in_workers, worker_count
+
+        assert worker_count(2) == 2
+        model, seen = _tiny_model(), []
+        kw = {k: v for k, v in SETTINGS.items() if k != "cores"}
+        raw, stats = nutpie_in_workers(
+            model, workers=2, draws=60, adaptation="diag", floatx="float64",
+            extension=_scripted([100, 130], seen), **kw,
+        )
+        assert seen == [(60, 60), (100, 100), (130, 130)], seen
+        plain, _ = nutpie_in_workers(
+            model, workers=2, draws=130, adaptation="diag", floatx="float64", **kw
+        )
+        assert raw["x"].shape == (2, 130, 5) and stats["diverging"].shape == (2, 130)
+        np.testing.assert_array_equal(raw["x"], plain["x"])
+        print("ok")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")
+
+
+def test_a_fit_with_a_draws_budget_records_each_checkpoint():
+    import warnings
+
+    from bayes_microbench import simulate_responses
+    from bayes_microbench.exceptions import ConvergenceWarning
+    from bayes_microbench.irt import IRTModel
+
+    resp = simulate_responses("metabench", n_llms=30, n_items=20, random_seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fit = IRTModel(resp, "1pl").fit(draws=50, tune=50, random_seed=1, draws_budget=100)
+    attempts = fit.fit_info["attempts"]
+    assert attempts[0]["draws"] == 50 and attempts[0]["continued"] is True
+    assert fit.fit_info["draws_tried"] == [a["draws"] for a in attempts]
+    assert fit.posterior.sizes["draw"] == attempts[-1]["draws"]
+    assert fit.diagnostics.max_rhat == pytest.approx(attempts[-1]["max_rhat"])

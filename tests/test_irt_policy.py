@@ -63,7 +63,10 @@ def hard():
         ("big", "1pl", "lognormal", "nuts", "decoupled"),
         ("small", "2pl", "lognormal", "nuts", "decoupled-nc"),
         ("small", "3pl", "lognormal", "nuts", "decoupled-nc"),
-        ("small", "2pl", "truncated-normal", "nuts", "non-centered"),
+        # the truncated normal below 100 llms: centered items (docs/decisions/0036)
+        ("small", "2pl", "truncated-normal", "nuts", "decoupled"),
+        ("small", "3pl", "truncated-normal", "nuts", "non-centered"),
+        ("small", "2pl", "truncated-normal", "advi", "non-centered"),
         ("small", "1pl", "lognormal", "nuts", "non-centered"),
         ("big", "2pl", "lognormal", "advi", "non-centered"),
         ("big", "2pl", "lognormal", "map", "non-centered"),

@@ -83,11 +83,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--discrimination-prior",
-        choices=["lognormal", "truncated-normal"],
-        default="lognormal",
-        help="2PL/3PL: lognormal (default) or truncated-normal, which samples matrices with "
-        "many non-discriminating items (GPQA) faster; below 100 llms it removed the "
-        "centered form's divergences (benchmarks/README.md)",
+        choices=["auto", "lognormal", "truncated-normal"],
+        default="auto",
+        help="2PL/3PL: auto (default: a NUTS 2PL with the parameterization left to auto "
+        "takes truncated-normal where at least 20%% of the items are answered no more often "
+        "by the llms that do better on the others, else lognormal), lognormal, or "
+        "truncated-normal (density at zero discrimination; docs/decisions/0036)",
     )
     p.add_argument(
         "--parameterization",
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     from ..irt import IRTModel
     from ..irt.config import IRTConfig, check_fit_settings
     from ..irt.model import fit_default
-    from ..irt.policy import refits_text, remedy_text
+    from ..irt.policy import data_prior, refits_text, remedy_text
 
     out = Path(args.output)
     if out.suffix.lower() not in (".nc", ".netcdf", ".h5"):
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     config: dict[str, object] = {}
     if args.n_options is not None:
         config["n_options"] = args.n_options
-    if args.discrimination_prior != "lognormal":
+    if args.discrimination_prior != "auto":
         if args.model not in ("2pl", "3pl", "auto"):
             raise UserInputError(
                 f"--discrimination-prior applies to --model 2pl and 3pl (got --model "
@@ -174,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         IRTConfig.from_dict({**config, "model": args.model})
     check_fit_settings(
         model="2pl" if args.model == "auto" else args.model,
-        discrimination_prior=args.discrimination_prior,
+        discrimination_prior=config.get("discrimination_prior", "lognormal"),
         method=args.method,
         backend=args.backend,
         chains=args.chains,
@@ -203,6 +204,12 @@ def run(args: argparse.Namespace) -> int:
             # the data decide the chain length, within DRAWS_BUDGET draws per chain
             model = fit_default(resp, args.model, config or None, **settings)
         else:
+            if args.model == "2pl" and (
+                args.method,
+                args.parameterization,
+                args.discrimination_prior,
+            ) == ("nuts", "auto", "auto"):  # draws given: the data still choose the prior
+                config["discrimination_prior"] = data_prior(resp.values, args.model)[0]
             model = IRTModel(resp, args.model, config=config or None)
             model.fit(args.method, draws=args.draws or 1000, **settings)
     diag = model.diagnostics
@@ -263,6 +270,14 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"  max R-hat {diag.max_rhat:.4f}, min bulk ESS {diag.min_ess_bulk:.0f}, "
                 f"min tail ESS {diag.min_ess_tail:.0f}, divergences {diag.divergences}"
+            )
+        choice = model.fit_info.get("prior_choice")
+        if choice and choice["prior"] != "lognormal":
+            print(
+                f"  the {choice['prior']} discrimination prior, chosen from the data: "
+                f"{100 * choice['weak_item_share']:.0f}% of the items are answered no more "
+                f"often by the llms that do better on the others (at least "
+                f"{100 * choice['threshold']:.0f}%)"
             )
         refits = model.fit_info.get("refits") or []
         if len(refits) > 1 and converged:

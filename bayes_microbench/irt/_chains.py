@@ -6,10 +6,13 @@
 process, or off Linux. The two paths give other draws for the same seed, each
 reproducible. The forked workers are the ``workers`` accelerator of :mod:`._accelerators`
 (off, or outside its tested versions: threads); nutpie's own log-density callback is used.
+With :class:`Extension`, the chains are paused at checkpoints and continued while the
+caller's check asks for more draws (:func:`nutpie_draws`, :func:`nutpie_in_workers`).
 
 Why: docs/decisions/0017-chains-in-pinned-worker-processes.md (26 s against 39 s for two
 chains on two cores; XLA's helper threads); docs/decisions/0027-accelerators-behind-one-switch.md
-(the callback patch measured and dropped).
+(the callback patch measured and dropped); docs/decisions/0036-default-fit-continues-its-chains.md
+(checkpoints instead of refits).
 """
 
 from __future__ import annotations
@@ -18,13 +21,39 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 #: Sample statistics kept from nutpie's output.
 STATS = ("diverging", "energy", "n_steps", "tree_depth", "step_size", "lp")
+#: How often (seconds) a paused-at-checkpoint run looks at its chains' progress.
+POLL_SECONDS = 0.005
+
+Draws = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Extension:
+    """Continue the chains past their first ``draws`` while ``decide`` asks for more.
+
+    Attributes
+    ----------
+    budget
+        The most draws per chain; the sampler is started with this many.
+    decide
+        ``decide(raw, stats)``, given the draws so far of every chain (``(chain, draw,
+        ...)`` arrays, the same number of draws in each), returns the draws per chain
+        to reach next (more than now, at most ``budget``), or ``None`` to stop there.
+    """
+
+    budget: int
+    decide: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], int | None]
 
 
 def worker_count(chains: int) -> int:
@@ -66,27 +95,114 @@ def nutpie_draws(
     target_accept: float,
     progressbar: bool,
     adaptation: str,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Sample ``model`` with nutpie in this process; raw draws and statistics as arrays."""
-    import nutpie
+    extension: Extension | None = None,
+) -> Draws:
+    """Sample ``model`` with nutpie in this process; raw draws and statistics as arrays.
 
-    compiled = compile_for_nutpie(model)
-    with warnings.catch_warnings():
-        # float32 sampling: JAX notes that int64/float64 constants become 32-bit
-        warnings.filterwarnings("ignore", message="Explicitly requested dtype")
-        tree = nutpie.sample(
-            compiled,
-            draws=draws,
-            tune=tune,
-            chains=chains,
-            cores=cores,
-            seed=seed,
-            target_accept=target_accept,
-            progress_bar=progressbar,
-            adaptation=adaptation,
-            save_warmup=False,  # nutpie's default keeps (and expands) every warm-up draw
-        )
-    return draws_and_stats(tree, model)
+    With ``extension``, the chains are checked at ``draws`` and continued to the
+    draws ``extension.decide`` asks for, until it returns ``None`` or the budget is
+    reached; the draws returned are those of the last checkpoint.
+    """
+    settings = dict(
+        chains=chains,
+        cores=cores,
+        seed=seed,
+        tune=tune,
+        target_accept=target_accept,
+        progressbar=progressbar,
+        adaptation=adaptation,
+    )
+    if extension is None:
+        run = _Checkpointed(model, draws=draws, **settings)
+        return run.finish(draws)
+    run = _Checkpointed(model, draws=extension.budget, **settings)
+    target: int | None = draws
+    while True:
+        raw, stats = run.advance(target)
+        target = extension.decide(raw, stats)
+        if target is None:
+            run.stop()
+            return raw, stats
+
+
+class _Checkpointed:
+    """One nutpie sampler in the background, paused whenever its chains reach a checkpoint.
+
+    Why: continuing chains costs only the draws added, where a refit with more draws
+    also repeats the warm-up and every draw already made (nutpie's draws do not depend
+    on how many were asked for, so the draws to a checkpoint equal a fit of that many).
+    """
+
+    def __init__(self, model: Any, *, draws: int, progressbar: bool, **settings: Any) -> None:
+        import nutpie
+
+        self.tune = int(settings["tune"])
+        self.draws = int(draws)
+        self.model = model
+        self._done = [0] * int(settings["chains"])
+        self._lock = threading.Lock()
+        compiled = compile_for_nutpie(model)
+        with warnings.catch_warnings():
+            # float32 sampling: JAX notes that int64/float64 constants become 32-bit
+            warnings.filterwarnings("ignore", message="Explicitly requested dtype")
+            self.sampler = nutpie.sample(
+                compiled,
+                draws=self.draws,
+                save_warmup=False,  # nutpie's default keeps (and expands) every warm-up draw
+                progress_bar=progressbar,
+                blocking=False,
+                progress_callback=self._progress,
+                progress_rate=10,
+                **settings,
+            )
+
+    def _progress(self, chains: Any) -> None:
+        with self._lock:
+            self._done = [int(c.finished_draws) for c in chains]
+
+    def _reached(self, total: int) -> bool:
+        with self._lock:
+            return min(self._done) >= total
+
+    def advance(self, draws: int) -> Draws:
+        """Run every chain to at least ``draws`` draws after warm-up, pause; the first ``draws``."""
+        if draws >= self.draws:
+            return self.finish(draws)
+        self.sampler.resume()
+        while not self._reached(self.tune + draws) and not self.finished():
+            time.sleep(POLL_SECONDS)
+        if self.finished():  # a failed chain raises here
+            return self.finish(draws)
+        self.sampler.pause()
+        return _first(draws_and_stats(self.sampler.inspect(), self.model), draws)
+
+    def finish(self, draws: int) -> Draws:
+        """Run to the end; the first ``draws`` draws of every chain."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Explicitly requested dtype")
+            tree = self.sampler.wait()
+        return _first(draws_and_stats(tree, self.model), draws)
+
+    def finished(self) -> bool:
+        """Whether the sampler has stopped (done, or failed: :meth:`finish` then raises)."""
+        try:
+            return bool(self.sampler.is_finished)
+        except TimeoutError:  # nutpie 0.16 raises it for a sampler still running
+            return False
+
+    def stop(self) -> None:
+        """Discard the rest of the run."""
+        if not self.finished():
+            self.sampler.cancel()
+
+
+def _first(found: Draws, draws: int) -> Draws:
+    """The first ``draws`` draws of every chain of ``(raw, stats)``."""
+    raw, stats = found
+    return (
+        {k: v[:, :draws] for k, v in raw.items()},
+        {k: v[:, :draws] for k, v in stats.items()},
+    )
 
 
 def compile_for_nutpie(model: Any) -> Any:
@@ -123,22 +239,37 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _worker(
-    conn: Any, model: Any, core: int, floatx: str, kwargs: dict[str, Any], parent: int
+    conn: Any,
+    model: Any,
+    core: int,
+    floatx: str,
+    kwargs: dict[str, Any],
+    parent: int,
+    budget: int | None,
 ) -> None:
+    """Sample this worker's chains; with a ``budget``, send each checkpoint's draws and
+    continue to the draws the parent sends back, until it sends ``None``."""
     from . import _accelerators
 
     _die_with_parent(parent)
     _accelerators.defer_notes()  # the parent logs this worker's fallbacks, once
+    run = None
     try:
         os.sched_setaffinity(0, {core})
         import pytensor
 
         with pytensor.config.change_flags(floatX=floatx):
-            raw, stats = nutpie_draws(model, cores=1, **kwargs)
-        conn.send(("ok", raw, stats, _accelerators.fallen()))
+            target: int | None = int(kwargs.pop("draws"))
+            run = _Checkpointed(model, draws=budget or target, cores=1, **kwargs)
+            while target is not None:
+                raw, stats = run.advance(target) if budget else run.finish(target)
+                conn.send(("ok", raw, stats, _accelerators.fallen()))
+                target = conn.recv() if budget else None
     except BaseException as err:  # reported by the parent; a worker must not die silently
         conn.send(("error", f"{type(err).__name__}: {err}", None, _accelerators.fallen()))
     finally:
+        if run is not None:
+            run.stop()
         conn.close()
 
 
@@ -150,27 +281,31 @@ def nutpie_in_workers(
     seed: int,
     floatx: str,
     progressbar: bool,
+    extension: Extension | None = None,
     **kwargs: Any,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+) -> Draws:
     """Run ``chains`` chains in ``workers`` forked processes, one core each; merge them.
 
     ``model`` is the PyMC model (inherited by the forked workers). Worker ``k``
     runs its share of the chains with its own seed, drawn from
     ``numpy.random.SeedSequence(seed)``; the chains are concatenated in
-    worker order.
+    worker order. With ``extension``, every worker pauses at each checkpoint,
+    ``extension.decide`` sees the merged draws, and the workers continue to the
+    draws it asks for (as :func:`nutpie_draws` does in one process).
     """
     cores = sorted(os.sched_getaffinity(0))
     shares = [len(s) for s in np.array_split(np.arange(chains), workers)]
     seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(workers)]
+    budget = None if extension is None else extension.budget
     ctx = multiprocessing.get_context("fork")
     procs, conns = [], []
     try:
         for k in range(workers):
-            recv, send = ctx.Pipe(duplex=False)
+            here, there = ctx.Pipe(duplex=True)
             args = dict(kwargs, chains=shares[k], seed=seeds[k], progressbar=progressbar and k == 0)
             proc = ctx.Process(
                 target=_worker,
-                args=(send, model, cores[k % len(cores)], floatx, args, os.getpid()),
+                args=(there, model, cores[k % len(cores)], floatx, args, os.getpid(), budget),
                 daemon=True,
             )
             with warnings.catch_warnings():
@@ -178,31 +313,44 @@ def nutpie_in_workers(
                 # pools); the workers only build a model and start JAX afresh
                 warnings.simplefilter("ignore", DeprecationWarning)
                 proc.start()
-            send.close()
+            there.close()
             procs.append(proc)
-            conns.append(recv)
-        results = []
-        for k, conn in enumerate(conns):
-            try:
-                results.append(conn.recv())
-            except EOFError:
-                raise RuntimeError(
-                    f"NUTS worker process {k} died without a result "
-                    f"(exit code {procs[k].exitcode}; out of memory?)"
-                ) from None
+            conns.append(here)
+        while True:
+            raw, stats, fell = _gather(conns, procs)
+            target = None if extension is None else extension.decide(raw, stats)
+            if extension is not None:
+                for conn in conns:
+                    conn.send(target)
+            if target is None:
+                break
         from . import _accelerators
 
-        for _, _, _, fell in results:
-            for name, reason in fell.items():
-                _accelerators.fall_back(name, reason)
-        for status, first, _, _ in results:
-            if status != "ok":
-                raise RuntimeError(f"NUTS worker process failed: {first}")
+        for name, reason in fell.items():
+            _accelerators.fall_back(name, reason)
     finally:
         for proc in procs:
             proc.join(timeout=5)
             if proc.is_alive():
                 proc.terminate()
+    return raw, stats
+
+
+def _gather(conns: list[Any], procs: list[Any]) -> tuple[Any, Any, dict[str, str]]:
+    """One checkpoint's draws from every worker, merged over chains in worker order."""
+    results = []
+    for k, conn in enumerate(conns):
+        try:
+            results.append(conn.recv())
+        except EOFError:
+            raise RuntimeError(
+                f"NUTS worker process {k} died without a result "
+                f"(exit code {procs[k].exitcode}; out of memory?)"
+            ) from None
+    for status, first, _, _ in results:
+        if status != "ok":
+            raise RuntimeError(f"NUTS worker process failed: {first}")
+    fell = {name: reason for r in results for name, reason in r[3].items()}
     raw = {n: np.concatenate([r[1][n] for r in results], axis=0) for n in results[0][1]}
     stats = {n: np.concatenate([r[2][n] for r in results], axis=0) for n in results[0][2]}
-    return raw, stats
+    return raw, stats, fell

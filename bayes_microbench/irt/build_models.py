@@ -576,10 +576,15 @@ def _attempts_text(attempts: list[dict[str, Any]], refits: list[dict[str, Any]] 
             )
     if not attempts:
         return "\n".join(lines) + "\n" if lines else ""
+    how = (
+        "its chains checked and continued to more draws per chain while only R-hat or ESS "
+        "missed, up to the budget; wall seconds so far at each check"
+        if attempts[0].get("continued")
+        else "refitted with more draws per chain while only R-hat or ESS missed, up to the budget"
+    )
     lines += [
         "",
-        "The default fit's attempts (`irt.model.fit_extending_draws`: refitted with more "
-        "draws per chain while only R-hat or ESS missed, up to the budget):",
+        f"The default fit's attempts (`irt.model.fit_extending_draws`: {how}):",
         "",
         "| draws per chain | max R-hat | min bulk ESS | min tail ESS | divergences | wall s |",
         "|---|---|---|---|---|---|",

@@ -269,12 +269,14 @@ def check_fit_settings(
     parameterization: str | None = None,
     adaptation: str | None = None,
     optimizer_iterations: Any = None,
+    draws_budget: Any = None,
 ) -> None:
     """Refuse a bad fit setting in one line naming it; the one place fit settings are checked.
 
     Each setting given (not None) is checked: ``method``, ``backend``, ``adaptation``
     against their choices; ``chains``, ``draws`` (>= 1), ``tune`` (>= 0) and
     ``optimizer_iterations`` (>= 1) whole numbers; ``target_accept`` in [0.5, 1);
+    ``draws_budget`` (>= 1) only for nutpie's NUTS (its chains are continued);
     ``parameterization`` (``"auto"`` or one of ``model``'s, and ``"decoupled-nc"`` only
     for a lognormal 2PL/3PL; needs ``model``). ``SamplerConfig.validate``,
     ``IRTModel.fit`` and the ``fit`` command call it (the command before reading data).
@@ -298,9 +300,16 @@ def check_fit_settings(
         ("draws", draws, 1),
         ("tune", tune, 0),
         ("optimizer_iterations", optimizer_iterations, 1),
+        ("draws_budget", draws_budget, 1),
     ):
         if value is not None:
             _whole(name, value, minimum)
+    if draws_budget is not None and (method, backend) != ("nuts", "nutpie"):
+        raise SettingError(
+            f"{param('draws_budget')} continues nutpie's NUTS chains: it needs "
+            f"{param('method', 'nuts')} and {param('backend', 'nutpie')}",
+            ["draws_budget"],
+        )
     if target_accept is not None:
         try:
             ok = 0.5 <= float(target_accept) < 1.0

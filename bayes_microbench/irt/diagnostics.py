@@ -366,14 +366,16 @@ def fit_problems(summary: ConvergenceSummary | None, fit_info: dict[str, Any]) -
     return []
 
 
-def more_draws(summary: ConvergenceSummary, draws: int, budget: int = DRAWS_BUDGET) -> int | None:
+def more_draws(
+    summary: ConvergenceSummary, draws: int, budget: int = DRAWS_BUDGET, *, step: int = 500
+) -> int | None:
     """Draws per chain that should meet the thresholds a fit of ``draws`` missed, or None.
 
     Only a fit that misses R-hat or ESS alone is extended: divergences, a low
     BFMI or an R-hat above :data:`MAX_EXTENDABLE_RHAT` are not cured by more
     draws. ESS grows about linearly with the draws, so the draws are scaled by
     the shortfall of the lower ESS (with a 20% margin) and at least doubled when
-    R-hat misses, rounded up to 500 and capped at ``budget``.
+    R-hat misses, rounded up to ``step`` and capped at ``budget``.
 
     Parameters
     ----------
@@ -383,6 +385,9 @@ def more_draws(summary: ConvergenceSummary, draws: int, budget: int = DRAWS_BUDG
         Its draws per chain.
     budget
         The most draws per chain to try.
+    step
+        Round the draws up to a multiple of this (500 for a refit; the chains that
+        continue use :data:`~bayes_microbench.irt.model.EXTENSION_STEP`).
 
     Returns
     -------
@@ -402,5 +407,4 @@ def more_draws(summary: ConvergenceSummary, draws: int, budget: int = DRAWS_BUDG
     factor = max(1.2 * max(MIN_ESS_BULK, MIN_ESS_TAIL) / ess, 1.0)
     if summary.max_rhat > MAX_RHAT:
         factor = max(factor, 2.0)
-    step = 500
     return int(min(budget, -(-int(draws * factor) // step) * step))

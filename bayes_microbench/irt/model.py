@@ -46,6 +46,10 @@ __all__ = ["ADAPTATIONS", "SMALL_MATRIX_HINT", "IRTModel", "fit_default", "fit_e
 #: time than this (seconds): the refits of a large matrix cost many times its first fit.
 REFIT_BUDGET_SECONDS = 900.0
 
+#: Draws per chain are continued in steps of this many (a refit rounded to 500: it
+#: repeated the warm-up and every draw; continuing costs only the draws added).
+EXTENSION_STEP = 250
+
 #: Laplace builds a dense Hessian; above this many unconstrained parameters use ADVI.
 LAPLACE_MAX_DIM = 6000
 #: L-BFGS-B iteration limits of the optimizer-based methods (scipy's own default for
@@ -239,6 +243,7 @@ class IRTModel:
         advi_iterations: int = 30000,
         adaptation: str = "auto",
         optimizer_iterations: int | None = None,
+        draws_budget: int | None = None,
     ) -> IRTModel:
         """Fit the model; return ``self`` with :attr:`idata` and :attr:`posterior` attached.
 
@@ -290,6 +295,14 @@ class IRTModel:
             variances), ``"low_rank"`` nutpie's low-rank correction. Why
             ``"draw_diag"`` for the decoupled form, and what ``"low_rank"`` cost:
             docs/decisions/0013-decoupled-parameterization-for-nuts.md.
+        draws_budget
+            NUTS with nutpie: check convergence at ``draws`` per chain and, while the
+            draws so far miss only R-hat or ESS (:func:`~bayes_microbench.irt.diagnostics.more_draws`),
+            continue the same chains to the draws it asks for, up to ``draws_budget`` per
+            chain. Each check is recorded in ``fit_info["attempts"]`` (its draws per chain,
+            wall seconds so far and diagnostics) and ``fit_info["draws_tried"]``. ``None``
+            (default): exactly ``draws``. Why continue rather than refit:
+            docs/decisions/0036-default-fit-continues-its-chains.md.
 
         Raises
         ------
@@ -312,6 +325,7 @@ class IRTModel:
             parameterization=parameterization,
             adaptation=adaptation,
             optimizer_iterations=optimizer_iterations,
+            draws_budget=draws_budget,
         )
         seed = int(seed_or_fresh(random_seed, "IRTModel.fit"))
         # the settings merged over the defaults once; every _fit_* method reads them here
@@ -353,7 +367,10 @@ class IRTModel:
             model = self.build_model(parameterization=parameterization, float32=float32)
             start = time.perf_counter()
             if method == "nuts":
-                raw, sample_stats = self._fit_nuts(model, sampler, progressbar, adaptation)
+                extension = self._extension(parameterization, draws_budget, start)
+                raw, sample_stats = self._fit_nuts(
+                    model, sampler, progressbar, adaptation, extension
+                )
             elif method == "advi":
                 raw, sample_stats = self._fit_advi(model, sampler, progressbar, advi_iterations)
             else:
@@ -365,6 +382,8 @@ class IRTModel:
         self.fit_info["random_seed"] = seed
         self.fit_info["random_seed_drawn"] = random_seed is None
         self.fit_info["parameterization"] = parameterization
+        if "attempts" in self.fit_info:
+            self.fit_info["draws_tried"] = [a["draws"] for a in self.fit_info["attempts"]]
         if method == "nuts":
             self._report_nuts()
         elif method != "advi":  # ADVI warns on its own (irt.approx.advi)
@@ -373,7 +392,12 @@ class IRTModel:
         return self
 
     def _fit_nuts(
-        self, model: Any, sampler: SamplerConfig, progressbar: bool, adaptation: str
+        self,
+        model: Any,
+        sampler: SamplerConfig,
+        progressbar: bool,
+        adaptation: str,
+        extension: Any = None,
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
         """NUTS draws and sample stats of ``model`` (:func:`_run_nuts`)."""
         assert sampler.random_seed is not None
@@ -384,7 +408,55 @@ class IRTModel:
             progressbar=progressbar,
             backend=sampler.backend,
             adaptation=adaptation,
+            extension=extension,
         )
+
+    def _extension(self, parameterization: str, budget: int | None, start: float) -> Any:
+        """The checkpoints of a NUTS fit that continues its chains up to ``budget`` draws.
+
+        At each checkpoint the draws so far are put on the saved scale and summarized
+        as :meth:`_report_nuts` does, recorded in ``fit_info["attempts"]``, and
+        :func:`more_draws` (steps of :data:`EXTENSION_STEP`) says how far to continue.
+        ``None`` when there is no budget.
+        """
+        self.fit_info.pop("attempts", None)
+        if budget is None:
+            return None
+        from ._chains import Extension
+
+        attempts: list[dict[str, Any]] = []
+        self.fit_info["attempts"] = attempts
+
+        def decide(raw: dict[str, np.ndarray], stats: dict[str, np.ndarray]) -> int | None:
+            draws = int(next(iter(raw.values())).shape[1])
+            tree = self._assemble(raw, stats, parameterization)
+            d = summarize(tree["posterior"].to_dataset(), tree["sample_stats"].to_dataset())
+            attempts.append(
+                {
+                    "draws": draws,
+                    "wall_seconds": round(time.perf_counter() - start, 3),
+                    "max_rhat": d.max_rhat,
+                    "min_ess_bulk": d.min_ess_bulk,
+                    "min_ess_tail": d.min_ess_tail,
+                    "divergences": d.divergences,
+                    "problems": list(d.problems),
+                    "continued": True,
+                }
+            )
+            nxt = more_draws(d, draws, budget, step=EXTENSION_STEP)
+            if nxt is not None and nxt <= draws:  # more_draws always asks for more; be sure
+                nxt = None
+            if nxt is not None:
+                logger.info(
+                    "%d draws per chain missed %s; continuing the chains to %d (budget %d)",
+                    draws,
+                    d.reason(),
+                    nxt,
+                    budget,
+                )
+            return nxt
+
+        return Extension(int(budget), decide)
 
     def _fit_advi(
         self, model: Any, sampler: SamplerConfig, progressbar: bool, iterations: int
@@ -618,14 +690,18 @@ def fit_extending_draws(
     budget: int = DRAWS_BUDGET,
     **fit_kwargs: Any,
 ) -> IRTModel:
-    """NUTS; where the fit misses only R-hat or ESS, refit with more draws, up to ``budget``.
+    """NUTS; where the draws miss only R-hat or ESS, more draws per chain, up to ``budget``.
+
+    With nutpie (the default back end) the chains are continued from where they
+    stopped (:meth:`IRTModel.fit`'s ``draws_budget``); with numpyro the model is
+    refitted with the draws :func:`~bayes_microbench.irt.diagnostics.more_draws` asks for.
 
     Parameters
     ----------
     responses, model, config
         As for :class:`IRTModel`.
     draws
-        Draws per chain of the first fit.
+        Draws per chain at the first check.
     budget
         The most draws per chain (:data:`~bayes_microbench.irt.diagnostics.DRAWS_BUDGET`).
     **fit_kwargs
@@ -636,9 +712,9 @@ def fit_extending_draws(
     Returns
     -------
     IRTModel
-        The last fit; ``fit_info["draws_tried"]`` lists the draws per chain of
-        each attempt, ``fit_info["attempts"]`` their diagnostics and
-        ``fit_info["wall_seconds_all"]`` their total wall time.
+        The fit; ``fit_info["draws_tried"]`` lists the draws per chain of each check
+        (or refit), ``fit_info["attempts"]`` their diagnostics and
+        ``fit_info["wall_seconds_all"]`` the total wall time.
         Its :class:`ConvergenceWarning`, if it did not converge, is raised once.
 
     Why: whether 1000 draws suffice depends on the data (see
@@ -647,6 +723,29 @@ def fit_extending_draws(
     """
     drawn = fit_kwargs.get("random_seed") is None
     fit_kwargs["random_seed"] = seed_or_fresh(fit_kwargs.get("random_seed"), "fit_extending_draws")
+    if fit_kwargs.get("backend", "nutpie") == "nutpie":
+        fit = IRTModel(responses, model, config=config)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            fit.fit("nuts", draws=draws, draws_budget=max(budget, draws), **fit_kwargs)
+        fit.fit_info["wall_seconds_all"] = round(float(fit.wall_seconds or 0.0), 3)
+    else:
+        fit, caught = _refit_with_more_draws(responses, model, config, draws, budget, fit_kwargs)
+    fit.fit_info["random_seed_drawn"] = drawn
+    for w in caught:  # the last attempt's warnings, said once
+        warnings.warn(w.message, w.category, stacklevel=2)
+    return fit
+
+
+def _refit_with_more_draws(
+    responses: Responses,
+    model: str,
+    config: dict[str, Any] | None,
+    draws: int,
+    budget: int,
+    fit_kwargs: dict[str, Any],
+) -> tuple[IRTModel, list[Any]]:
+    """:func:`fit_extending_draws` for a back end whose chains cannot be continued: refits."""
     tried: list[int] = []
     attempts: list[dict[str, Any]] = []
     wall = 0.0
@@ -686,10 +785,7 @@ def fit_extending_draws(
     fit.fit_info["draws_tried"] = tried
     fit.fit_info["attempts"] = attempts
     fit.fit_info["wall_seconds_all"] = round(wall, 3)
-    fit.fit_info["random_seed_drawn"] = drawn
-    for w in caught:  # the last attempt's warnings, said once
-        warnings.warn(w.message, w.category, stacklevel=2)
-    return fit
+    return fit, list(caught)
 
 
 @contextlib.contextmanager
@@ -721,13 +817,16 @@ def fit_default(
     refit_seconds: float = REFIT_BUDGET_SECONDS,
     **fit_kwargs: Any,
 ) -> IRTModel:
-    """The default NUTS fit: :func:`fit_extending_draws`, then the policy's remedies.
+    """The default NUTS fit: the data's prior, :func:`fit_extending_draws`, the remedies.
 
-    Where the fit has not converged and the caller left both the parameterization
-    (``"auto"``) and the discrimination prior to the defaults, the refits of
-    :func:`~bayes_microbench.irt.policy.remedy_refits` run in order, each extending
-    its draws the same way, until one converges; a refit starts only while the
-    attempts so far took less than ``refit_seconds`` of wall time.
+    Where the caller left both the parameterization (``"auto"``) and the
+    discrimination prior to the defaults, a 2PL starts from the prior the data choose
+    (:func:`~bayes_microbench.irt.policy.data_prior`, recorded in
+    ``fit_info["prior_choice"]``); where that fit has not converged, the refits of
+    :func:`~bayes_microbench.irt.policy.remedy_refits` (after a data-chosen truncated
+    normal: :func:`~bayes_microbench.irt.policy.lognormal_refits`) run in order, each
+    extending its draws the same way, until one converges; a refit starts only while
+    the attempts so far took less than ``refit_seconds`` of wall time.
 
     Parameters
     ----------
@@ -749,12 +848,27 @@ def fit_default(
     but on each one something did (docs/decisions/0032-default-fit-tries-its-remedies.md);
     a default fit should find it instead of naming it in an error.
     """
-    from .policy import remedy_refits
+    from .policy import WEAK_ITEM_SHARE, data_prior, lognormal_refits, remedy_refits
 
     drawn = fit_kwargs.get("random_seed") is None
     fit_kwargs["random_seed"] = seed_or_fresh(fit_kwargs.get("random_seed"), "fit_default")
     asked = fit_kwargs.get("parameterization", "auto")
     defaults = asked == "auto" and "discrimination_prior" not in (config or {})
+    first: dict[str, str] = {}
+    choice = None
+    if defaults and model == "2pl":
+        prior, share = data_prior(responses.values, model)
+        choice = {"prior": prior, "weak_item_share": round(share, 4), "threshold": WEAK_ITEM_SHARE}
+        if prior != "lognormal":
+            first = {"discrimination_prior": prior}
+            logger.info(
+                "%.0f%% of the items are answered no more often by the llms that do better "
+                "on the others (at least %.0f%%): the fit starts from the %s discrimination "
+                "prior",
+                100 * share,
+                100 * WEAK_ITEM_SHARE,
+                prior,
+            )
 
     def one(cfg: dict[str, Any] | None, kwargs: dict[str, Any]) -> tuple[IRTModel, list[Any]]:
         with _data_notes_said_once(not refits), warnings.catch_warnings(record=True) as caught:
@@ -775,10 +889,15 @@ def fit_default(
         }
 
     refits: list[dict[str, Any]] = []
-    best, best_warnings = one(config, dict(fit_kwargs))
-    refits.append(record(best, {}))
+    best, best_warnings = one({**(config or {}), **first} or None, dict(fit_kwargs))
+    refits.append(record(best, first))
     wall = float(best.fit_info.get("wall_seconds_all") or 0.0)
-    rungs = remedy_refits(best.policy("nuts")) if defaults and best.diagnostics is not None else []
+    if not defaults or best.diagnostics is None:
+        rungs = []
+    elif first:
+        rungs = lognormal_refits(best.data.n_llms)
+    else:
+        rungs = remedy_refits(best.policy("nuts"))
     for settings in rungs if not best.converged else []:
         if wall >= refit_seconds:
             refits.append(
@@ -803,6 +922,8 @@ def fit_default(
         if fit.converged:
             break
     best.fit_info["refits"] = refits
+    if choice is not None:
+        best.fit_info["prior_choice"] = choice
     best.fit_info["wall_seconds_all"] = round(wall, 3)
     best.fit_info["random_seed_drawn"] = drawn
     for w in best_warnings:
@@ -842,6 +963,7 @@ def _run_nuts(
     progressbar: bool,
     backend: str,
     adaptation: str = "diag",
+    extension: Any = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     from ._chains import draws_and_stats, nutpie_draws, nutpie_in_workers, worker_count
 
@@ -861,6 +983,7 @@ def _run_nuts(
         target_accept=sampler.target_accept,
         adaptation=adaptation,
         progressbar=progressbar,
+        extension=extension,
     )
     workers = worker_count(sampler.chains)
     if workers > 1:

@@ -5,13 +5,16 @@ what the caller asked for) returning a :class:`Policy`: the parameterization and
 mass-matrix adaptation ``"auto"`` resolves to, and the remedy an unconverged fit names.
 :func:`remedy_text` phrases the remedy, naming the settings as the caller spells them
 (parameters for the library, flags for the command); :func:`remedy_refits` lists the
-refits a default fit tries itself when it has not converged.
+refits a default fit tries itself when it has not converged. :func:`data_prior` is the
+discrimination prior a default 2PL fit starts from, chosen from the share of items that
+do not discriminate (:func:`weak_item_share`).
 
 Why: docs/decisions/0013-decoupled-parameterization-for-nuts.md (decoupled and
 ``draw_diag`` from 100 llms), docs/decisions/0014-decoupled-nc-below-100-llms-and-weak-3pl.md
 (decoupled-nc below, the weakly informed 3PL, the remedies) and
 docs/decisions/0025-irt-graph-blocks-and-one-policy.md (one function, not six members),
-docs/decisions/0032-default-fit-tries-its-remedies.md (the refits).
+docs/decisions/0032-default-fit-tries-its-remedies.md (the refits),
+docs/decisions/0036-default-fit-continues-its-chains.md (the prior the data choose).
 """
 
 from __future__ import annotations
@@ -35,6 +38,13 @@ CENTERED_MIN_LLMS = 100
 #: non-centered ("decoupled-nc") at any size (:attr:`Policy.weak_slopes`).
 #: Measured on the simulator's GPQA preset, shifted (docs/decisions/0014).
 WEAK_SLOPE_SD = 0.24
+
+#: A default 2PL fit starts from the truncated-normal discrimination prior where at
+#: least this share of the items is answered correctly no more often by the llms that
+#: do better on the other items (:func:`weak_item_share`). An item that does not
+#: discriminate falls on either side of 0 about equally often, so 0.2 marks about 40% of
+#: items without discrimination (docs/decisions/0036).
+WEAK_ITEM_SHARE = 0.2
 
 Remedy = Literal["floor-misfit", "truncated-normal", "centered-items", ""]
 
@@ -128,6 +138,70 @@ def weak_slopes(data: IRTData, config: IRTConfig) -> bool:
     return bool(np.median(slope_sd(data)) > WEAK_SLOPE_SD)
 
 
+def weak_item_share(values: np.ndarray) -> float:
+    """The share of items whose correctness does not rise with the llm's other answers.
+
+    Parameters
+    ----------
+    values
+        The llm x item response matrix (1 / 0, NaN where missing).
+
+    Returns
+    -------
+    float
+        Among items answered both right and wrong, the share whose correlation with the
+        rest score (each llm's accuracy on its other answered items) is at most 0; 0.0
+        when no item qualifies.
+
+    Why: under the lognormal prior items with no discrimination stretch the subtask's
+    log-discrimination spread over orders of magnitude, which NUTS explores slowly;
+    the truncated normal puts density at 0 (docs/decisions/0036).
+    """
+    x = np.asarray(values, dtype=np.float64)
+    seen = ~np.isnan(x)
+    xz = np.where(seen, x, 0.0)
+    answered = seen.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rest = np.where(
+            seen & (answered > 1), (xz.sum(axis=1, keepdims=True) - xz) / (answered - 1), 0.0
+        )
+        use = seen & (answered > 1)
+        n = use.sum(axis=0)
+        mx, mr = (xz * use).sum(axis=0) / n, rest.sum(axis=0) / n
+        cov = (xz * rest).sum(axis=0) / n - mx * mr
+        vx = (xz * xz * use).sum(axis=0) / n - mx * mx
+        vr = (rest * rest).sum(axis=0) / n - mr * mr
+    ok = (n > 2) & (vx > 1e-12) & (vr > 1e-12)
+    if not ok.any():
+        return 0.0
+    corr = cov[ok] / np.sqrt(vx[ok] * vr[ok])
+    return float(np.mean(corr <= 0.0))
+
+
+def data_prior(values: np.ndarray, model: str) -> tuple[str, float]:
+    """The discrimination prior a default NUTS fit of ``model`` starts from, and why.
+
+    Parameters
+    ----------
+    values
+        The llm x item response matrix (1 / 0, NaN where missing).
+    model
+        The IRT model; only the 2PL's prior is chosen from the data (the 3PL keeps
+        the lognormal, whose remedies :func:`choose` names).
+
+    Returns
+    -------
+    tuple[str, float]
+        ``"truncated-normal"`` where :func:`weak_item_share` is at least
+        :data:`WEAK_ITEM_SHARE`, else ``"lognormal"``; and the share (NaN when not
+        computed).
+    """
+    if model != "2pl":
+        return "lognormal", float("nan")
+    share = weak_item_share(values)
+    return ("truncated-normal" if share >= WEAK_ITEM_SHARE else "lognormal"), share
+
+
 def choose(
     data: IRTData,
     config: IRTConfig,
@@ -174,6 +248,10 @@ def choose(
             parameterization = "decoupled"
         elif nuts and lognormal:
             parameterization = "decoupled-nc"
+        elif nuts and config.model == "2pl":
+            # the truncated normal below 100 llms: the centered items mixed better on the
+            # real matrices measured (benchmarks/study_small_matrices.py, docs/decisions/0036)
+            parameterization = "decoupled"
         else:
             parameterization = "non-centered"
     if adaptation == "auto":
@@ -247,6 +325,19 @@ def remedy_refits(policy: Policy) -> list[dict[str, str]]:
     if policy.remedy == "truncated-normal":
         return [{"discrimination_prior": "truncated-normal"}]
     return []
+
+
+def lognormal_refits(n_llms: int) -> list[dict[str, str]]:
+    """The refits after a default fit that started from the data's truncated normal missed.
+
+    The lognormal prior as a default fit of such data used to start, then below
+    :data:`CENTERED_MIN_LLMS` llms its centered items: what converged before the prior was
+    chosen from the data is still tried (docs/decisions/0036).
+    """
+    rungs = [{"discrimination_prior": "lognormal"}]
+    if n_llms < CENTERED_MIN_LLMS:
+        rungs.append({"parameterization": "decoupled", "discrimination_prior": "lognormal"})
+    return rungs
 
 
 def refits_text(
