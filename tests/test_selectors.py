@@ -407,18 +407,16 @@ def test_nan_correlation_without_missing_cells_equals_the_pairwise_rule():
     assert nan_correlation(x)[0, 4] == 0.0  # constant items of different values
 
 
-def test_cross_products_take_float32_only_where_it_is_exact():
-    from bayes_microbench.selectors._cluster import _cross_products
+def test_cross_products_take_float32_only_where_they_are_exact():
+    from bayes_microbench.selectors._cluster import _exact_in_float32
 
     rng = np.random.default_rng(8)
     binary = (rng.random((300, 40)) < 0.5).astype(float)
-    assert _cross_products(binary).dtype == np.float32
-    np.testing.assert_array_equal(_cross_products(binary), binary.T @ binary)
-    halves = binary * 0.5  # not integers
-    big = binary * 300.0  # integers, but 300 * 300^2 > 2^24
-    for m in (halves, big):
-        assert _cross_products(m).dtype == np.float64
-        np.testing.assert_array_equal(_cross_products(m), m.T @ m)
+    x32 = _exact_in_float32(binary)
+    assert x32 is not None and x32.dtype == np.float32
+    np.testing.assert_array_equal((x32.T @ x32).astype(float), binary.T @ binary)
+    assert _exact_in_float32(binary * 0.5) is None  # not integers
+    assert _exact_in_float32(binary * 300.0) is None  # integers, but 300 * 300^2 > 2^24
 
 
 def test_column_major_float32_keeps_the_values():

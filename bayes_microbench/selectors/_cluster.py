@@ -116,11 +116,11 @@ def _full_correlation(x: np.ndarray, *, block: int = 256) -> np.ndarray:
     per-item vectors, so only the cross products are an item x item matrix; the
     same operations in the same order give the same numbers (exactly, for 0/1
     values). The element-wise steps run over ``block`` rows at a time in one
-    reused buffer (no item x item temporary), and the cross products of small
-    integer values are taken in float32, where they are exact
-    (:func:`_cross_products`). The undefined-correlation rule is applied only
-    to the rows and columns of the items whose variance may be below the
-    threshold.
+    reused buffer (no item x item temporary); the cross products of small
+    integers are taken block by block in float32, where they are exact
+    (:func:`_exact_in_float32`), else at once in float64. The
+    undefined-correlation rule is applied only to the rows and columns of the
+    items whose variance may be below the threshold.
 
     Why: at 6000 seen items the general case made some twenty 288 MB temporaries
     and took most of anchor-points' time (docs/decisions/0021, 0035).
@@ -129,23 +129,29 @@ def _full_correlation(x: np.ndarray, *, block: int = 256) -> np.ndarray:
     rows, n_items = x.shape
     s = x.sum(0)
     ss = (x * x).sum(0)
-    sxy = _cross_products(x)
-    out = sxy if sxy.dtype == np.float64 else np.empty((n_items, n_items))
+    x32 = _exact_in_float32(x)
+    out = x.T @ x if x32 is None else np.empty((n_items, n_items))
     with np.errstate(invalid="ignore", divide="ignore"):
         var = ss - s * s / rows
         buf = np.empty((min(block, n_items), n_items))
+        sxy32 = None if x32 is None else np.empty((min(block, n_items), n_items), np.float32)
         for i0 in range(0, n_items, block):
             i1 = min(i0 + block, n_items)
             rows_out, tmp = out[i0:i1], buf[: i1 - i0]
+            if x32 is None:
+                sxy: np.ndarray = rows_out
+            else:
+                assert sxy32 is not None
+                sxy = np.matmul(x32[:, i0:i1].T, x32, out=sxy32[: i1 - i0])
             # (sxy - s_i s_j / rows) / sqrt(var_i var_j), as one n x n pass each before
             np.multiply.outer(s[i0:i1], s, out=tmp)
             tmp /= rows
-            np.subtract(sxy[i0:i1], tmp, out=rows_out)
+            np.subtract(sxy, tmp, out=rows_out)
             np.multiply.outer(var[i0:i1], var, out=tmp)
             np.sqrt(tmp, out=tmp)
             rows_out /= tmp
             np.clip(rows_out, -1.0, 1.0, out=rows_out)
-    del buf, sxy
+    del buf, sxy32
     # the general rule's threshold is 1e-12 * max(1, |ss_i| + |ss_j|): items above it
     # for every j are defined against every item with a defined variance
     absss = np.abs(ss)
@@ -174,20 +180,19 @@ def _full_correlation(x: np.ndarray, *, block: int = 256) -> np.ndarray:
 _FLOAT32_EXACT = 2.0**24  # integers up to this magnitude are exact in float32
 
 
-def _cross_products(x: np.ndarray) -> np.ndarray:
-    """``x.T @ x``: in float32 when every product and partial sum is an exact integer there.
+def _exact_in_float32(x: np.ndarray) -> np.ndarray | None:
+    """``x`` as float32 when its cross products are exact there, else ``None``.
 
     For integer-valued ``x`` (0/1 correctness) with ``rows * max(x^2) <= 2^24``,
-    every partial sum of every dot product is an integer below ``2^24``, so the
-    float32 product is exact whatever the order of summation and equals the
-    float64 one bit for bit, at about 60% of its time; otherwise float64.
+    every partial sum of every dot product of two columns is an integer below
+    ``2^24``, so a float32 product is exact whatever the order of summation and
+    equals the float64 one bit for bit, at about 60% of its time.
     """
     if x.size and np.array_equal(x, np.rint(x)):
         top = float(np.abs(x).max())
         if x.shape[0] * top * top <= _FLOAT32_EXACT:
-            x32 = x.astype(np.float32)
-            return x32.T @ x32
-    return x.T @ x
+            return x.astype(np.float32)
+    return None
 
 
 def column_major_float32(a: np.ndarray, *, block: int = 512) -> np.ndarray:
