@@ -122,8 +122,10 @@ def _full_correlation(x: np.ndarray, *, block: int = 256) -> np.ndarray:
     undefined-correlation rule is applied only to the rows and columns of the
     items whose variance may be below the threshold.
 
-    Why: at 6000 seen items the general case made some twenty 288 MB temporaries
-    and took most of anchor-points' time (docs/decisions/0021, 0035).
+    Why: at 6000 seen items the general case made some twenty 288 MB temporaries and
+    took most of anchor-points' time (docs/decisions/0021-kmedoids-from-the-library.md);
+    the blocks and float32 products halve what was left
+    (docs/decisions/0035-anchor-points-cost-at-mmlu-pro-size.md).
     """
     x = np.asarray(x, dtype=np.float64)
     rows, n_items = x.shape
@@ -198,11 +200,23 @@ def _exact_in_float32(x: np.ndarray) -> np.ndarray | None:
 def column_major_float32(a: np.ndarray, *, block: int = 512) -> np.ndarray:
     """``a`` as float32 in column-major (Fortran) order, copied tile by tile.
 
-    The values are ``a.astype(np.float32)``'s; only the layout differs. Why:
-    FasterPAM (the ``kmedoids`` package) reads the distance matrix a column at
-    a time (``d(o, j)`` over all ``o`` for each candidate ``j``), which is
-    contiguous only in column-major order: 3-4x faster at 6000 items
-    (docs/decisions/0035). The tiles keep the transposing copy in cache.
+    Parameters
+    ----------
+    a
+        A 2-D array (anchor-points: the float64 item distances).
+    block
+        Side of the square tiles copied at a time (they keep the transposing copy
+        in cache).
+
+    Returns
+    -------
+    numpy.ndarray
+        The values of ``a.astype(np.float32)``, Fortran-contiguous.
+
+    Why: FasterPAM (the ``kmedoids`` package) reads the distance matrix a column
+    at a time (``d(o, j)`` over all ``o`` for each candidate ``j``), contiguous
+    only in column-major order: the same swaps 3-4x faster at 6000 items
+    (docs/decisions/0035-anchor-points-cost-at-mmlu-pro-size.md).
     """
     rows, cols = a.shape
     out = np.empty((rows, cols), dtype=np.float32, order="F")

@@ -19,7 +19,7 @@ Our choices, written down:
   clusters (weights) are read from the float64 distances, as before
   (docs/decisions/0021). The float32 copy is column-major, the order in which
   FasterPAM reads it: the same values, the same medoids, 3-4x faster at 6000
-  seen items (docs/decisions/0035).
+  seen items (docs/decisions/0035-anchor-points-cost-at-mmlu-pro-size.md).
 * Correlations are pairwise-complete over the source llms observed on both
   items. Where a correlation is undefined (an item every source llm got right,
   or wrong, or fewer than two common llms) it is 0, i.e. distance 1: such
