@@ -481,6 +481,9 @@ def _block_cells(
             # keep the selector's categorical notes (e.g. "signal: correctness"),
             # not per-run numbers such as allocations
             notes.update(f"{k}: {v}" for k, v in sel.info.items() if isinstance(v, str | bool))
+        # before the next run's prepare: one run's matrices at a time (anchor-points holds
+        # 432 MB at 6000 seen items)
+        del prepared
         if on_run is not None:
             on_run()
     out = []

@@ -220,6 +220,46 @@ def test_anchor_points_weights_are_cluster_shares(data):
     np.testing.assert_allclose(sel.weights, np.bincount(members, minlength=15) / 120)
 
 
+def _anchor_points_as_before(prep, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The selection from a row-major float32 copy (docs/decisions/0021's layout)."""
+    medoids = kmedoids(prep.distance.astype(np.float32), n, np.random.default_rng(seed))
+    members = prep.distance[:, medoids].argmin(1)
+    members[medoids] = np.arange(n)
+    sizes = np.bincount(members, minlength=n)
+    return medoids, sizes / sizes.sum()
+
+
+def _check_anchor_points_as_before(resp, sources, sizes, runs) -> None:
+    from bayes_microbench.protocol import design_runs
+
+    designs = design_runs(resp.n_llms, resp.subtask_codes, n_runs=runs, n_targets=50, random_seed=0)
+    selector = get_selector("anchor-points")
+    for r, design in enumerate(designs):
+        for n_src in sources:
+            x = resp.values[np.ix_(design.sources(n_src), design.seen)]
+            prep = selector.prepare(x, resp.subtask_codes[design.seen], random_seed=0)
+            assert prep.search_distance.flags.f_contiguous
+            for n in sizes:
+                seed = 1000 * r + n_src + n
+                medoids, weights = _anchor_points_as_before(prep, n, seed)
+                sel = prep.select(n, random_seed=seed)
+                np.testing.assert_array_equal(sel.items, medoids)
+                np.testing.assert_array_equal(sel.weights, weights)
+
+
+def test_anchor_points_column_major_search_selects_as_before():
+    """GPQA's size: FasterPAM on the column-major copy ends on the same medoids, same order."""
+    resp = simulate_responses("gpqa", n_llms=420, n_items=448, random_seed=0)
+    _check_anchor_points_as_before(resp, sources=(10, 100, 300), sizes=(10, 25, 100), runs=2)
+
+
+@pytest.mark.long
+def test_anchor_points_column_major_search_selects_as_before_at_mmlu_pro_size():
+    """MMLU-Pro's size (420 x 12000, 6000 seen items): the same medoids and weights."""
+    resp = simulate_responses("mmlu-pro", n_llms=420, n_items=12000, random_seed=0)
+    _check_anchor_points_as_before(resp, sources=(100,), sizes=(10, 100), runs=1)
+
+
 def test_anchor_points_handles_items_all_source_llms_got_right(data):
     source = data["source"].copy()
     source[:, :5] = 1.0  # constant items: correlation undefined
@@ -357,10 +397,36 @@ def test_nan_correlation_without_missing_cells_equals_the_pairwise_rule():
     c = rng.random((25, 40))
     c[:, 3] = 0.3
     c[:, 4] = c[:, 5]
-    for m in (x, c, x[:1], x[:2]):
-        np.testing.assert_array_equal(_full_correlation(m), _pairwise_correlation(m))
+    counts = rng.integers(0, 4, size=(20, 50)).astype(float)  # small integers: float32 products
+    counts[:, 7] = 2.0
+    for m in (x, c, x[:1], x[:2], counts):
+        ref = _pairwise_correlation(m)
+        for block in (1, 7, 256):  # one row at a time, uneven blocks, one block
+            np.testing.assert_array_equal(_full_correlation(m, block=block), ref)
     assert nan_correlation(x)[0, 1] == 1.0  # identical constant items
     assert nan_correlation(x)[0, 4] == 0.0  # constant items of different values
+
+
+def test_cross_products_take_float32_only_where_they_are_exact():
+    from bayes_microbench.selectors._cluster import _exact_in_float32
+
+    rng = np.random.default_rng(8)
+    binary = (rng.random((300, 40)) < 0.5).astype(float)
+    x32 = _exact_in_float32(binary)
+    assert x32 is not None and x32.dtype == np.float32
+    np.testing.assert_array_equal((x32.T @ x32).astype(float), binary.T @ binary)
+    assert _exact_in_float32(binary * 0.5) is None  # not integers
+    assert _exact_in_float32(binary * 300.0) is None  # integers, but 300 * 300^2 > 2^24
+
+
+def test_column_major_float32_keeps_the_values():
+    from bayes_microbench.selectors._cluster import column_major_float32
+
+    a = np.random.default_rng(9).random((37, 23))
+    for block in (1, 5, 512):  # tiles that do not divide the shape, and one tile
+        out = column_major_float32(a, block=block)
+        assert out.flags.f_contiguous and out.dtype == np.float32
+        np.testing.assert_array_equal(out, a.astype(np.float32))
 
 
 def test_kmeans_1d_is_globally_optimal():

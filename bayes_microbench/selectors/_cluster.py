@@ -8,7 +8,8 @@
 * :func:`kmeans_1d`: exact (globally optimal) weighted k-means on a line by
   dynamic programming; deterministic.
 * :func:`kmedoids`: FasterPAM on a precomputed distance matrix (the ``kmedoids``
-  package, one thread) from seeded random starting medoids.
+  package, one thread) from seeded random starting medoids;
+  :func:`column_major_float32` lays its matrix out the way FasterPAM reads it.
 * :func:`sample_projection_dpp`: exact sampling from a projection DPP
   ``K = V V^T`` (the chain rule, as a sequential Cholesky of ``K``).
 
@@ -108,33 +109,51 @@ def _pairwise_correlation(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _full_correlation(x: np.ndarray) -> np.ndarray:
+def _full_correlation(x: np.ndarray, *, block: int = 256) -> np.ndarray:
     """:func:`nan_correlation` of a matrix without missing cells, with fewer n x n passes.
 
     The common-row counts and the per-pair sums of the general case are then
     per-item vectors, so only the cross products are an item x item matrix; the
     same operations in the same order give the same numbers (exactly, for 0/1
-    values). The undefined-correlation rule is applied only to the rows and
-    columns of the items whose variance may be below the threshold.
+    values). The element-wise steps run over ``block`` rows at a time in one
+    reused buffer (no item x item temporary); the cross products of small
+    integers are taken block by block in float32, where they are exact
+    (:func:`_exact_in_float32`), else at once in float64. The
+    undefined-correlation rule is applied only to the rows and columns of the
+    items whose variance may be below the threshold.
 
-    Why: at 6000 seen items the general case made some twenty 288 MB temporaries
-    and took most of anchor-points' time (docs/decisions/0021).
+    Why: at 6000 seen items the general case made some twenty 288 MB temporaries and
+    took most of anchor-points' time (docs/decisions/0021-kmedoids-from-the-library.md);
+    the blocks and float32 products halve what was left
+    (docs/decisions/0035-anchor-points-cost-at-mmlu-pro-size.md).
     """
     x = np.asarray(x, dtype=np.float64)
     rows, n_items = x.shape
     s = x.sum(0)
     ss = (x * x).sum(0)
-    out = x.T @ x  # sxy, then the correlation in place
+    x32 = _exact_in_float32(x)
+    out = x.T @ x if x32 is None else np.empty((n_items, n_items))
     with np.errstate(invalid="ignore", divide="ignore"):
         var = ss - s * s / rows
-        outer = np.multiply.outer(s, s)
-        outer /= rows
-        out -= outer
-        np.multiply.outer(var, var, out=outer)
-        np.sqrt(outer, out=outer)
-        out /= outer
-    del outer
-    np.clip(out, -1.0, 1.0, out=out)
+        buf = np.empty((min(block, n_items), n_items))
+        sxy32 = None if x32 is None else np.empty((min(block, n_items), n_items), np.float32)
+        for i0 in range(0, n_items, block):
+            i1 = min(i0 + block, n_items)
+            rows_out, tmp = out[i0:i1], buf[: i1 - i0]
+            if x32 is None:
+                sxy: np.ndarray = rows_out
+            else:
+                assert sxy32 is not None
+                sxy = np.matmul(x32[:, i0:i1].T, x32, out=sxy32[: i1 - i0])
+            # (sxy - s_i s_j / rows) / sqrt(var_i var_j), as one n x n pass each before
+            np.multiply.outer(s[i0:i1], s, out=tmp)
+            tmp /= rows
+            np.subtract(sxy, tmp, out=rows_out)
+            np.multiply.outer(var[i0:i1], var, out=tmp)
+            np.sqrt(tmp, out=tmp)
+            rows_out /= tmp
+            np.clip(rows_out, -1.0, 1.0, out=rows_out)
+    del buf, sxy32
     # the general rule's threshold is 1e-12 * max(1, |ss_i| + |ss_j|): items above it
     # for every j are defined against every item with a defined variance
     absss = np.abs(ss)
@@ -143,20 +162,68 @@ def _full_correlation(x: np.ndarray) -> np.ndarray:
         low = np.arange(n_items)
     if low.size:
         xl = x[:, low]
-        sxy = xl.T @ x  # rows of the low-variance items
+        sxy_low = xl.T @ x  # rows of the low-variance items
         scale = np.maximum(1.0, absss[low][:, None] + absss[None, :])
         tiny = 1e-12 * scale
         with np.errstate(invalid="ignore"):
-            sq_diff = ss[low][:, None] + ss[None, :] - 2.0 * sxy
-        block = out[low]
+            sq_diff = ss[low][:, None] + ss[None, :] - 2.0 * sxy_low
+        rows_low = out[low]
         defined = (
-            (rows >= 2) & (var[low][:, None] > tiny) & (var[None, :] > tiny) & np.isfinite(block)
+            (rows >= 2) & (var[low][:, None] > tiny) & (var[None, :] > tiny) & np.isfinite(rows_low)
         )
         identical = (rows >= 1) & (np.abs(sq_diff) <= tiny)
-        block = np.where(defined, block, np.where(identical, 1.0, 0.0))
-        out[low] = block
-        out[:, low] = block.T
+        rows_low = np.where(defined, rows_low, np.where(identical, 1.0, 0.0))
+        out[low] = rows_low
+        out[:, low] = rows_low.T
     np.fill_diagonal(out, 1.0)
+    return out
+
+
+_FLOAT32_EXACT = 2.0**24  # integers up to this magnitude are exact in float32
+
+
+def _exact_in_float32(x: np.ndarray) -> np.ndarray | None:
+    """``x`` as float32 when its cross products are exact there, else ``None``.
+
+    For integer-valued ``x`` (0/1 correctness) with ``rows * max(x^2) <= 2^24``,
+    every partial sum of every dot product of two columns is an integer below
+    ``2^24``, so a float32 product is exact whatever the order of summation and
+    equals the float64 one bit for bit, at about 60% of its time.
+    """
+    if x.size and np.array_equal(x, np.rint(x)):
+        top = float(np.abs(x).max())
+        if x.shape[0] * top * top <= _FLOAT32_EXACT:
+            return x.astype(np.float32)
+    return None
+
+
+def column_major_float32(a: np.ndarray, *, block: int = 512) -> np.ndarray:
+    """``a`` as float32 in column-major (Fortran) order, copied tile by tile.
+
+    Parameters
+    ----------
+    a
+        A 2-D array (anchor-points: the float64 item distances).
+    block
+        Side of the square tiles copied at a time (they keep the transposing copy
+        in cache).
+
+    Returns
+    -------
+    numpy.ndarray
+        The values of ``a.astype(np.float32)``, Fortran-contiguous.
+
+    Why: FasterPAM (the ``kmedoids`` package) reads the distance matrix a column
+    at a time (``d(o, j)`` over all ``o`` for each candidate ``j``), contiguous
+    only in column-major order: the same swaps 3-4x faster at 6000 items
+    (docs/decisions/0035-anchor-points-cost-at-mmlu-pro-size.md).
+    """
+    rows, cols = a.shape
+    out = np.empty((rows, cols), dtype=np.float32, order="F")
+    out_t = out.T  # C-ordered view: out_t[j, i] is out[i, j]
+    for i0 in range(0, rows, block):
+        for j0 in range(0, cols, block):
+            out_t[j0 : j0 + block, i0 : i0 + block] = a[i0 : i0 + block, j0 : j0 + block].T
     return out
 
 
@@ -328,7 +395,8 @@ def kmedoids(
     Parameters
     ----------
     dist
-        Symmetric n x n distances; float32 is passed as is, anything else as float64.
+        Symmetric n x n distances; float32 is passed as is (either layout; column-major
+        is the fast one, :func:`column_major_float32`), anything else as float64.
     k
         Number of medoids, ``1 <= k <= n``.
     rng

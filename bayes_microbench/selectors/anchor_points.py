@@ -17,7 +17,9 @@ Our choices, written down:
   last-bit differences the matrix products leave between items with identical
   source responses, which FasterPAM on float64 takes as improving swaps; the
   clusters (weights) are read from the float64 distances, as before
-  (docs/decisions/0021).
+  (docs/decisions/0021). The float32 copy is column-major, the order in which
+  FasterPAM reads it: the same values, the same medoids, 3-4x faster at 6000
+  seen items (docs/decisions/0035-anchor-points-cost-at-mmlu-pro-size.md).
 * Correlations are pairwise-complete over the source llms observed on both
   items. Where a correlation is undefined (an item every source llm got right,
   or wrong, or fewer than two common llms) it is 0, i.e. distance 1: such
@@ -34,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ._cluster import kmedoids, nan_correlation, on_one_blas_thread
+from ._cluster import column_major_float32, kmedoids, nan_correlation, on_one_blas_thread
 from ._features import check_inputs, signal
 from .base import Seed, Selection, check_size, weighted_mean_estimate
 
@@ -61,7 +63,7 @@ class AnchorPointsSelector:
             name=self.name,
             n_seen=int(src.shape[1]),
             distance=dist,
-            search_distance=dist.astype(np.float32),
+            search_distance=column_major_float32(dist),
             info={"signal": note},
         )
 
@@ -71,7 +73,7 @@ class PreparedAnchorPoints:
     name: str
     n_seen: int
     distance: np.ndarray = field(repr=False)
-    search_distance: np.ndarray = field(repr=False)  # float32, for FasterPAM
+    search_distance: np.ndarray = field(repr=False)  # float32, column-major, for FasterPAM
     info: dict[str, Any] = field(default_factory=dict)
 
     @on_one_blas_thread
