@@ -12,7 +12,11 @@ calibration, as ``fit`` does by default). Each held-out llm is then replayed:
 * ``rank`` goal at p = 0.95 against a held-out reference llm 1-5 points apart
   (its full row as the reference): share of correct decisions among the
   stopped runs, items used;
-* the cost of one choice among 12000 items (a simulated posterior).
+* the cost of one choice among 12000 items (a simulated posterior);
+* what the calibration allows (``--floor``, from the shipped posteriors, no fit): the
+  calibrated 90% width of a random n-item subset at each calibrated size, the width
+  of a 100-item one (the accuracy goal's target), and the residual scale an interval
+  of that width needs at 30 items, beside the scale the calibration measured.
 
 Per-run figures go to ``benchmarks/results/adaptive.json``, and its report block
 (the index ``benchmarks/README.md`` is rendered from it) is rewritten from them.
@@ -188,6 +192,85 @@ def choice_cost(n_items: int = 12000, repeats: int = 5) -> dict[str, Any]:
     return out
 
 
+def calibration_floor(names: list[str] | None = None) -> list[dict[str, Any]]:
+    """What each shipped posterior's calibration allows the accuracy goal.
+
+    For each shipped model with a calibration measured at 100 items: N, and at the
+    fitted llms' median IRT prediction (the middle knot of the 100-item size), the
+    calibrated 90% width of a random n-item subset for each calibrated n
+    (``(q95 - q05) * scale(n) * (N - n) / N``), the target width of the accuracy goal
+    (n = 100), and the scale a 90% interval of that width needs at 30 items (with the
+    25-item quantiles) beside the measured scale at each size. The calibration is
+    indexed by the number of items observed, not by which, so a rule meets the target
+    at 30 items only if its subsets carry less residual error than random ones of 100-200.
+    """
+    from bayes_microbench.posterior import read_posterior_file
+    from bayes_microbench.shipped import models_dir
+
+    rows = []
+    for path in sorted(models_dir().glob("*.nc")):
+        if names and path.stem not in names:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            post, cal = read_posterior_file(str(path))
+        sizes = [int(n) for n in getattr(cal, "n_observed", [])]
+        n_items = int(post.sizes["item"])
+        if cal is None or 100 not in sizes or n_items <= 100:
+            continue
+        k100 = sizes.index(100)
+        pred = np.array([float(np.median(cal.knots[k100]))])
+
+        def width(n: int, scale: float | None = None, cal=cal, pred=pred, big=n_items) -> float:
+            q05, q95 = cal.residual_quantile(np.array([n]), np.array([[0.05], [0.95]]))[:, 0]
+            sc = cal.at(np.array([n]), pred)[1][0] if scale is None else scale
+            return float((q95 - q05) * sc * (big - n) / big)
+
+        target = width(100)
+        unit = width(30, scale=1.0)
+        rows.append(
+            {
+                "model": path.stem,
+                "n_items": n_items,
+                "predicted": float(pred[0]),
+                "sizes": sizes,
+                "width": [width(n) for n in sizes],
+                "scale": [float(cal.at(np.array([n]), pred)[1][0]) for n in sizes],
+                "target_width": target,
+                "scale_needed_at_30": target / unit,
+            }
+        )
+    return rows
+
+
+def floor_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The calibration-floor table (:func:`calibration_floor`) as Markdown lines."""
+    if not rows:
+        return []
+    lines = [
+        "",
+        "**What the calibration allows the accuracy goal** (shipped posteriors, at the fitted "
+        "llms' median prediction; `--floor`): the calibrated 90% width of a random n-item "
+        "subset, the target (n = 100), and the residual scale a 90% interval that narrow "
+        "needs at 30 items beside the scale the calibration measured on random subsets. "
+        "The calibration depends on how many items were observed, not which: a rule reaches "
+        "the target at 30 items only where its subsets carry less residual error than random "
+        "subsets of 100-200.",
+        "",
+        "| model | items | width at n = 25 / 50 / 100 / 200 (points) | scale measured at n = 25 / 50 / 100 / 200 | scale needed at 30 |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['n_items']} | "
+            + " / ".join(f"{100 * w:.1f}" for w in r["width"])
+            + " | "
+            + " / ".join(f"{s:.4f}" for s in r["scale"])
+            + f" | **{r['scale_needed_at_30']:.4f}** |"
+        )
+    return lines
+
+
 def body(saved: dict[str, Any]) -> str:
     lines = [
         "Replay on held-out llms of "
@@ -224,6 +307,7 @@ def body(saved: dict[str, Any]) -> str:
             )
     if "replay_commit" in saved:
         lines += ["", f"Replays run at commit {saved['replay_commit']}."]
+    lines += floor_lines(saved.get("floor", []))
     widths = ", ".join(f"{sp['target_width'] * 100:.1f}" for sp in saved["splits"])
     lines += ["", f"Target widths per split (points): {widths}."]
     cost = saved.get("cost")
@@ -249,10 +333,23 @@ def main() -> None:
     ap.add_argument("--replay-llms", type=int, default=100, help="held-out llms replayed")
     ap.add_argument("--max-draws", type=int, default=400, help="posterior draws per state")
     ap.add_argument("--cost-only", action="store_true")
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="only (re)compute what the shipped calibrations allow the accuracy goal",
+    )
     args = ap.parse_args()
     from bayes_microbench.io import load_responses
 
     saved: dict[str, Any] = load_results(RESULTS)
+    saved["floor"] = calibration_floor()
+    if args.floor:
+        update_results(RESULTS, **{k: v for k, v in saved.items() if k != "report"})
+        write_section(
+            "bench_adaptive", "Adaptive micro-benchmarking (issue 21)", body(saved), headline=[0]
+        )
+        print("\n".join(floor_lines(saved["floor"])))
+        return
     if not args.cost_only:
         path = SHARED_DATA / "open-llm-leaderboard-v2" / f"{args.benchmark}.csv"
         resp = load_responses(path)
