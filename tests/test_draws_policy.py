@@ -301,3 +301,28 @@ def test_weak_item_share_counts_items_that_do_not_rise_with_the_rest():
     assert data_prior(np.hstack([good, backwards, backwards]), "2pl")[0] == "truncated-normal"
     assert data_prior(values, "3pl")[0] == "lognormal"  # only the 2PL's prior is chosen
     assert weak_item_share(np.ones((5, 3))) == 0.0  # nothing answered both ways
+
+
+def test_fit_cli_starts_from_the_datas_prior_unless_one_is_given(monkeypatch, tmp_path, capsys):
+    import json
+
+    from bayes_microbench import save_responses
+    from bayes_microbench.cli import main
+
+    calls = []
+    tried = [("decoupled", "truncated-normal"), *SMALL[:2]]
+    _fake_nuts(monkeypatch, {k: {"rhat": 1.06} for k in tried}, calls, share=0.44)
+    path, out = tmp_path / "r.csv", tmp_path / "p.nc"
+    save_responses(simulate_responses("gpqa", n_llms=12, n_items=10, random_seed=0), path)
+    code = main(["fit", "--responses", str(path), "--output", str(out), "--json"])
+    printed = capsys.readouterr()
+    assert code == 3 and not out.exists() and calls == tried
+    choice = json.loads(printed.out)["fit_info"]["prior_choice"]
+    assert choice == {"prior": "truncated-normal", "weak_item_share": 0.44, "threshold": 0.2}
+    assert "--discrimination-prior lognormal (max R-hat 1.060" in printed.err
+    calls.clear()
+    args = ["fit", "--responses", str(path), "--output", str(out), "--json"]
+    code = main([*args, "--discrimination-prior", "lognormal"])
+    printed = capsys.readouterr()
+    assert code == 3 and calls == [SMALL[0]]  # the prior given: kept, and no refit
+    assert "prior_choice" not in json.loads(printed.out)["fit_info"]
