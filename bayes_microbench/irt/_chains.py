@@ -116,13 +116,15 @@ def nutpie_draws(
         run = _Checkpointed(model, draws=draws, **settings)
         return run.finish(draws)
     run = _Checkpointed(model, draws=extension.budget, **settings)
-    target: int | None = draws
-    while True:
-        raw, stats = run.advance(target)
-        target = extension.decide(raw, stats)
-        if target is None:
-            run.stop()
-            return raw, stats
+    try:
+        target: int | None = draws
+        while True:
+            raw, stats = run.advance(target)
+            target = extension.decide(raw, stats)
+            if target is None:
+                return raw, stats
+    finally:
+        run.stop()
 
 
 class _Checkpointed:
