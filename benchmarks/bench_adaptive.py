@@ -18,7 +18,9 @@ calibration, as ``fit`` does by default). Each held-out llm is then replayed:
   of a 100-item one (the accuracy goal's target), and the residual scale an interval
   of that width needs at 30 items, beside the scale the calibration measured.
 
-Per-run figures go to ``benchmarks/results/adaptive.json``, and its report block
+``--benchmark`` is any of the shared matrices (``gpqa``, a metabench one ...); each
+benchmark's runs are kept under its name. Per-run figures go to
+``benchmarks/results/adaptive.json``, and its report block
 (the index ``benchmarks/README.md`` is rendered from it) is rewritten from them.
 """
 
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _report import SHARED_DATA, commit, load_results, machine, update_results, write_section
+from _report import MATRICES, commit, load_results, machine, update_results, write_section
 
 RESULTS = Path(__file__).parent / "results" / "adaptive.json"
 RULES = ("goal", "fisher", "random")
@@ -271,23 +273,46 @@ def floor_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def body(saved: dict[str, Any]) -> str:
+BENCH_FIELDS = (
+    "benchmark",
+    "n_llms",
+    "n_items",
+    "held_out",
+    "replay_llms",
+    "max_draws",
+    "budget",
+    "batch",
+    "splits",
+    "replay_commit",
+)
+
+
+def per_benchmark(saved: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each benchmark's replays (the file kept one benchmark's at top level before)."""
+    found = dict(saved.get("benchmarks", {}))
+    if "splits" in saved and saved.get("benchmark") not in found:
+        found[saved["benchmark"]] = {k: saved[k] for k in BENCH_FIELDS if k in saved}
+    return found
+
+
+def replay_lines(run: dict[str, Any]) -> list[str]:
+    """One benchmark's replays: the settings sentence and the table of goals and rules."""
     lines = [
         "Replay on held-out llms of "
-        f"{saved['benchmark']} ({saved['n_llms']} llms x {saved['n_items']} items): per split "
-        f"{saved['held_out']} llms held out (the first {saved['replay_llms']} replayed, "
-        f"{saved['max_draws']} posterior draws), a 2PL fitted on the rest by "
+        f"{run['benchmark']} ({run['n_llms']} llms x {run['n_items']} items): per split "
+        f"{run['held_out']} llms held out (the first {run['replay_llms']} replayed, "
+        f"{run['max_draws']} posterior draws), a 2PL fitted on the rest by "
         "`validate.default_fit('2pl')` (NUTS + saved calibration). Accuracy goal: the "
         "calibrated 90% interval at most as wide as the median one of a 100-item random "
         "subset; rank goal: p = 0.95 against a held-out llm 1-5 points apart. Stop not before "
         "the calibration's smallest size (25 items) and at most "
-        f"{saved['budget']} items; batch {saved['batch']}.",
+        f"{run['budget']} items; batch {run['batch']}; {len(run['splits'])} split(s).",
         "",
         "| goal | rule | runs | mean items used | median | stopped by goal | coverage (90%) "
         "| correct decisions (stopped) |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    runs = [r for sp in saved["splits"] for r in sp["runs"]]
+    runs = [r for sp in run["splits"] for r in sp["runs"]]
     for goal in ("accuracy", "rank"):
         for rule in RULES:
             rs = [r for r in runs if r["goal"] == goal and r["rule"] == rule]
@@ -305,11 +330,18 @@ def body(saved: dict[str, Any]) -> str:
                 f"| {goal} | {rule} | {len(rs)} | {used.mean():.1f} | {np.median(used):.0f} | "
                 f"{len(stopped) / len(rs):.2f} | {cov} | {dec} |"
             )
-    if "replay_commit" in saved:
-        lines += ["", f"Replays run at commit {saved['replay_commit']}."]
+    if "replay_commit" in run:
+        lines += ["", f"Replays run at commit {run['replay_commit']}."]
+    widths = ", ".join(f"{sp['target_width'] * 100:.1f}" for sp in run["splits"])
+    lines += ["", f"Target widths per split (points): {widths}.", ""]
+    return lines
+
+
+def body(saved: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for run in per_benchmark(saved).values():
+        lines += replay_lines(run)
     lines += floor_lines(saved.get("floor", []))
-    widths = ", ".join(f"{sp['target_width'] * 100:.1f}" for sp in saved["splits"])
-    lines += ["", f"Target widths per split (points): {widths}."]
     cost = saved.get("cost")
     if cost:
         lines += [
@@ -325,7 +357,7 @@ def body(saved: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--benchmark", default="gpqa")
+    ap.add_argument("--benchmark", default="gpqa", choices=sorted(MATRICES))
     ap.add_argument("--splits", type=int, default=1)
     ap.add_argument("--held-out", type=int, default=100)
     ap.add_argument("--budget", type=int, default=200)
@@ -351,8 +383,7 @@ def main() -> None:
         print("\n".join(floor_lines(saved["floor"])))
         return
     if not args.cost_only:
-        path = SHARED_DATA / "open-llm-leaderboard-v2" / f"{args.benchmark}.csv"
-        resp = load_responses(path)
+        resp = load_responses(MATRICES[args.benchmark])
         splits = [
             replay_split(
                 resp,
@@ -365,7 +396,8 @@ def main() -> None:
             )
             for s in range(args.splits)
         ]
-        saved.update(
+        benchmarks = per_benchmark(saved)
+        benchmarks[args.benchmark] = dict(
             benchmark=args.benchmark,
             n_llms=resp.n_llms,
             n_items=resp.n_items,
@@ -377,10 +409,13 @@ def main() -> None:
             splits=splits,
             replay_commit=commit(),
         )
+        for key in BENCH_FIELDS:
+            saved.pop(key, None)
+        saved["benchmarks"] = benchmarks
     saved["cost"] = {**choice_cost(), "commit": commit()}
     saved.update(commit=commit(), machine=machine())
     update_results(RESULTS, **{k: v for k, v in saved.items() if k != "report"})
-    if "splits" in saved:
+    if per_benchmark(saved):
         write_section(
             "bench_adaptive", "Adaptive micro-benchmarking (issue 21)", body(saved), headline=[0]
         )
