@@ -141,14 +141,17 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def update_results(path: Path, **keys: Any) -> dict[str, Any]:
-    """Set ``keys`` in the results file ``path``, keeping its other keys (the report among them).
+def update_results(path: Path, drop: Sequence[str] = (), **keys: Any) -> dict[str, Any]:
+    """Set ``keys`` in the results file ``path``, keeping its other keys (the report among them)
+    but those named in ``drop`` (a layout a script has moved on from).
 
     Written atomically under the report's lock; returns the file's new content.
     Why: a script's per-run data and its ``"report"`` block share one file.
     """
     with _locked():
         data = load_results(path)
+        for key in drop:
+            data.pop(key, None)
         data.update(keys)
         _write_json(path, data)
     return data

@@ -202,7 +202,7 @@ def calibration_floor(names: list[str] | None = None) -> list[dict[str, Any]]:
     calibrated 90% width of a random n-item subset for each calibrated n
     (``(q95 - q05) * scale(n) * (N - n) / N``), the target width of the accuracy goal
     (n = 100), and the scale a 90% interval of that width needs at 30 items (with the
-    25-item quantiles) beside the measured scale at each size. The calibration is
+    residual quantiles interpolated at 30 items) beside the measured scale at each size. The calibration is
     indexed by the number of items observed, not by which, so a rule meets the target
     at 30 items only if its subsets carry less residual error than random ones of 100-200.
     """
@@ -375,8 +375,13 @@ def main() -> None:
 
     saved: dict[str, Any] = load_results(RESULTS)
     saved["floor"] = calibration_floor()
+    saved["benchmarks"] = per_benchmark(saved)
+    for key in BENCH_FIELDS:  # the single-benchmark layout of earlier runs
+        saved.pop(key, None)
     if args.floor:
-        update_results(RESULTS, **{k: v for k, v in saved.items() if k != "report"})
+        update_results(
+            RESULTS, drop=BENCH_FIELDS, **{k: v for k, v in saved.items() if k != "report"}
+        )
         write_section(
             "bench_adaptive", "Adaptive micro-benchmarking (issue 21)", body(saved), headline=[0]
         )
@@ -396,8 +401,7 @@ def main() -> None:
             )
             for s in range(args.splits)
         ]
-        benchmarks = per_benchmark(saved)
-        benchmarks[args.benchmark] = dict(
+        saved["benchmarks"][args.benchmark] = dict(
             benchmark=args.benchmark,
             n_llms=resp.n_llms,
             n_items=resp.n_items,
@@ -409,12 +413,9 @@ def main() -> None:
             splits=splits,
             replay_commit=commit(),
         )
-        for key in BENCH_FIELDS:
-            saved.pop(key, None)
-        saved["benchmarks"] = benchmarks
     saved["cost"] = {**choice_cost(), "commit": commit()}
     saved.update(commit=commit(), machine=machine())
-    update_results(RESULTS, **{k: v for k, v in saved.items() if k != "report"})
+    update_results(RESULTS, drop=BENCH_FIELDS, **{k: v for k, v in saved.items() if k != "report"})
     if per_benchmark(saved):
         write_section(
             "bench_adaptive", "Adaptive micro-benchmarking (issue 21)", body(saved), headline=[0]

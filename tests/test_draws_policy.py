@@ -295,10 +295,10 @@ def test_weak_item_share_counts_items_that_do_not_rise_with_the_rest():
     assert 4 / 24 <= share <= 8 / 24
     assert weak_item_share(good) == 0.0
     assert data_prior(good, "2pl") == ("lognormal", 0.0)
-    assert data_prior(values, "2pl")[0] == (
-        "truncated-normal" if share >= WEAK_ITEM_SHARE else "lognormal"
-    )
+    # 8 backward items of 24 (a third, above WEAK_ITEM_SHARE); 1 of 17 (below it)
+    assert WEAK_ITEM_SHARE == 0.2
     assert data_prior(np.hstack([good, backwards, backwards]), "2pl")[0] == "truncated-normal"
+    assert data_prior(np.hstack([good, backwards[:, :1]]), "2pl")[0] == "lognormal"
     assert data_prior(values, "3pl")[0] == "lognormal"  # only the 2PL's prior is chosen
     assert weak_item_share(np.ones((5, 3))) == 0.0  # nothing answered both ways
 

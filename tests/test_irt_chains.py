@@ -107,6 +107,21 @@ def test_continued_chains_are_the_draws_a_longer_fit_makes():
     np.testing.assert_array_equal(raw["x"], plain["x"][:, :60])
 
 
+def test_continued_chains_run_to_the_budget_from_a_pause():
+    """A paused sampler asked for its whole budget runs to the end (it used to wait for ever)."""
+    import numpy as np
+
+    from bayes_microbench.irt._chains import nutpie_draws
+
+    model, seen = _tiny_model(), []
+    raw, _ = nutpie_draws(
+        model, draws=60, adaptation="diag", extension=_scripted([400], seen), **SETTINGS
+    )
+    assert seen == [(60, 60), (400, 400)] and raw["x"].shape == (2, 400, 5)
+    plain, _ = nutpie_draws(model, draws=400, adaptation="diag", **SETTINGS)
+    np.testing.assert_array_equal(raw["x"], plain["x"])
+
+
 @pytest.mark.long
 def test_worker_processes_continue_their_chains_at_each_checkpoint():
     from .conftest import require_accelerators
@@ -131,6 +146,12 @@ def test_worker_processes_continue_their_chains_at_each_checkpoint():
         )
         assert raw["x"].shape == (2, 130, 5) and stats["diverging"].shape == (2, 130)
         np.testing.assert_array_equal(raw["x"], plain["x"])
+        seen.clear()  # continued to the whole budget from a pause
+        raw, _ = nutpie_in_workers(
+            model, workers=2, draws=60, adaptation="diag", floatx="float64",
+            extension=_scripted([400], seen), **kw,
+        )
+        assert seen == [(60, 60), (400, 400)] and raw["x"].shape == (2, 400, 5)
         print("ok")
         """
     )
@@ -141,19 +162,41 @@ def test_worker_processes_continue_their_chains_at_each_checkpoint():
     assert out.stdout.strip().endswith("ok")
 
 
-def test_a_fit_with_a_draws_budget_records_each_checkpoint():
+def test_a_fit_with_a_draws_budget_records_each_checkpoint(monkeypatch):
     import warnings
 
     from bayes_microbench import simulate_responses
     from bayes_microbench.exceptions import ConvergenceWarning
     from bayes_microbench.irt import IRTModel
+    from bayes_microbench.irt import model as M
 
+    asked = []
+
+    def one_more(summary, draws, budget, *, step):  # continue once, whatever the diagnostics
+        asked.append((draws, budget, step))
+        return 100 if draws < 100 else None
+
+    monkeypatch.setattr(M, "more_draws", one_more)
     resp = simulate_responses("metabench", n_llms=30, n_items=20, random_seed=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         fit = IRTModel(resp, "1pl").fit(draws=50, tune=50, random_seed=1, draws_budget=100)
     attempts = fit.fit_info["attempts"]
-    assert attempts[0]["draws"] == 50 and attempts[0]["continued"] is True
-    assert fit.fit_info["draws_tried"] == [a["draws"] for a in attempts]
-    assert fit.posterior.sizes["draw"] == attempts[-1]["draws"]
+    assert asked == [(50, 100, M.EXTENSION_STEP), (100, 100, M.EXTENSION_STEP)]
+    assert [a["draws"] for a in attempts] == [50, 100] == fit.fit_info["draws_tried"]
+    assert all(a["continued"] for a in attempts)
+    assert fit.posterior.sizes["draw"] == 100 == fit.sampler.draws  # what the chains reached
+    assert fit.fit_info["draws_budget"] == 100
     assert fit.diagnostics.max_rhat == pytest.approx(attempts[-1]["max_rhat"])
+
+
+def test_a_draws_budget_below_the_first_check_is_refused():
+    from bayes_microbench import simulate_responses
+    from bayes_microbench.irt import IRTModel
+    from bayes_microbench.irt.config import SettingError
+
+    resp = simulate_responses("metabench", n_llms=30, n_items=20, random_seed=2)
+    with pytest.raises(SettingError, match="draws_budget=60 must be at least draws=100"):
+        IRTModel(resp, "1pl").fit(draws=100, draws_budget=60)
+    with pytest.raises(SettingError, match="needs method='nuts'"):
+        IRTModel(resp, "1pl").fit("advi", draws=100, draws_budget=200)

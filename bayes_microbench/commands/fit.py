@@ -30,6 +30,8 @@ EXIT_UNCONVERGED = 3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from ..irt.policy import WEAK_ITEM_SHARE
+
     p = sub.add_parser(
         "fit",
         help="fit a hierarchical 1PL/2PL/3PL (or multidimensional 2PL) IRT model and save the posterior",
@@ -86,8 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=["auto", "lognormal", "truncated-normal"],
         default="auto",
         help="2PL/3PL: auto (default: a NUTS 2PL with the parameterization left to auto "
-        "takes truncated-normal where at least 20%% of the items are answered no more often "
-        "by the llms that do better on the others, else lognormal), lognormal, or "
+        f"takes truncated-normal where at least {100 * WEAK_ITEM_SHARE:.0f}%% of the items are answered "
+        "no more often by the llms that do better on the others, else lognormal), lognormal, or "
         "truncated-normal (density at zero discrimination; docs/decisions/0036)",
     )
     p.add_argument(
@@ -131,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from ..irt import IRTModel
     from ..irt.config import IRTConfig, check_fit_settings
     from ..irt.model import fit_default
-    from ..irt.policy import data_prior, refits_text, remedy_text
+    from ..irt.policy import prior_choice, refits_text, remedy_text
 
     out = Path(args.output)
     if out.suffix.lower() not in (".nc", ".netcdf", ".h5"):
@@ -204,14 +206,15 @@ def run(args: argparse.Namespace) -> int:
             # the data decide the chain length, within DRAWS_BUDGET draws per chain
             model = fit_default(resp, args.model, config or None, **settings)
         else:
-            if args.model == "2pl" and (
-                args.method,
-                args.parameterization,
-                args.discrimination_prior,
-            ) == ("nuts", "auto", "auto"):  # draws given: the data still choose the prior
-                config["discrimination_prior"] = data_prior(resp.values, args.model)[0]
+            chosen = None
+            if args.method == "nuts":  # draws given: no refits, but the data choose the prior
+                chosen = prior_choice(resp.values, args.model, config, args.parameterization)
+            if chosen is not None:
+                config["discrimination_prior"] = chosen["prior"]
             model = IRTModel(resp, args.model, config=config or None)
             model.fit(args.method, draws=args.draws or 1000, **settings)
+            if chosen is not None:
+                model.fit_info["prior_choice"] = chosen
     diag = model.diagnostics
     # NUTS: the diagnostics; an approximation: its optimizer (MAP's L-BFGS-B, ADVI's schedule)
     converged = model.converged is not False
@@ -272,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
                 f"min tail ESS {diag.min_ess_tail:.0f}, divergences {diag.divergences}"
             )
         choice = model.fit_info.get("prior_choice")
-        if choice and choice["prior"] != "lognormal":
+        # said when the kept fit has it (a lognormal refit kept is said by the refits line)
+        if choice and choice["prior"] == model.config.discrimination_prior != "lognormal":
             print(
                 f"  the {choice['prior']} discrimination prior, chosen from the data: "
                 f"{100 * choice['weak_item_share']:.0f}% of the items are answered no more "

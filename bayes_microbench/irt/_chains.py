@@ -17,6 +17,7 @@ chains on two cores; XLA's helper threads); docs/decisions/0027-accelerators-beh
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -24,7 +25,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ import numpy as np
 
 #: Sample statistics kept from nutpie's output.
 STATS = ("diverging", "energy", "n_steps", "tree_depth", "step_size", "lp")
-#: How often (seconds) a paused-at-checkpoint run looks at its chains' progress.
+#: How often (seconds) a run with checkpoints looks at its chains' progress.
 POLL_SECONDS = 0.005
 
 Draws = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
@@ -112,19 +113,34 @@ def nutpie_draws(
         progressbar=progressbar,
         adaptation=adaptation,
     )
-    if extension is None:
-        run = _Checkpointed(model, draws=draws, **settings)
-        return run.finish(draws)
-    run = _Checkpointed(model, draws=extension.budget, **settings)
-    try:
-        target: int | None = draws
-        while True:
-            raw, stats = run.advance(target)
-            target = extension.decide(raw, stats)
-            if target is None:
-                return raw, stats
-    finally:
-        run.stop()
+    with _float32_quiet():
+        if extension is None:
+            run = _Checkpointed(model, draws=draws, checkpoints=False, **settings)
+        else:
+            run = _Checkpointed(model, draws=max(extension.budget, draws), **settings)
+        try:
+            if extension is None:
+                return run.finish(draws)
+            target: int | None = draws
+            while True:
+                raw, stats = run.advance(target)
+                target = extension.decide(raw, stats)
+                if target is None:
+                    return raw, stats
+        finally:
+            run.stop()
+
+
+@contextlib.contextmanager
+def _float32_quiet() -> Iterator[None]:
+    """Silence JAX's note that float32 sampling narrows int64/float64 constants.
+
+    It is raised in nutpie's chain threads while they sample, so the filter stays for
+    the sampler's whole run (not only while it starts, or while it is waited for).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Explicitly requested dtype")
+        yield
 
 
 class _Checkpointed:
@@ -135,7 +151,15 @@ class _Checkpointed:
     on how many were asked for, so the draws to a checkpoint equal a fit of that many).
     """
 
-    def __init__(self, model: Any, *, draws: int, progressbar: bool, **settings: Any) -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        draws: int,
+        progressbar: bool,
+        checkpoints: bool = True,
+        **settings: Any,
+    ) -> None:
         import nutpie
 
         self.tune = int(settings["tune"])
@@ -143,20 +167,16 @@ class _Checkpointed:
         self.model = model
         self._done = [0] * int(settings["chains"])
         self._lock = threading.Lock()
-        compiled = compile_for_nutpie(model)
-        with warnings.catch_warnings():
-            # float32 sampling: JAX notes that int64/float64 constants become 32-bit
-            warnings.filterwarnings("ignore", message="Explicitly requested dtype")
-            self.sampler = nutpie.sample(
-                compiled,
-                draws=self.draws,
-                save_warmup=False,  # nutpie's default keeps (and expands) every warm-up draw
-                progress_bar=progressbar,
-                blocking=False,
-                progress_callback=self._progress,
-                progress_rate=10,
-                **settings,
-            )
+        watch = {"progress_callback": self._progress, "progress_rate": 10} if checkpoints else {}
+        self.sampler = nutpie.sample(
+            compile_for_nutpie(model),
+            draws=self.draws,
+            save_warmup=False,  # nutpie's default keeps (and expands) every warm-up draw
+            progress_bar=progressbar,
+            blocking=False,
+            **watch,
+            **settings,
+        )
 
     def _progress(self, chains: Any) -> None:
         with self._lock:
@@ -167,35 +187,44 @@ class _Checkpointed:
             return min(self._done) >= total
 
     def advance(self, draws: int) -> Draws:
-        """Run every chain to at least ``draws`` draws after warm-up, pause; the first ``draws``."""
+        """Run every chain to at least ``draws`` draws after warm-up, pause; the first ``draws``.
+
+        At or past the sampler's own draws, it runs to the end (:meth:`finish`).
+        """
         if draws >= self.draws:
             return self.finish(draws)
         self.sampler.resume()
-        while not self._reached(self.tune + draws) and not self.finished():
+        while not self._reached(self.tune + draws):
+            if self.finished():  # stopped early: the results, or the chain's error
+                return self.finish(draws)
             time.sleep(POLL_SECONDS)
-        if self.finished():  # a failed chain raises here
-            return self.finish(draws)
         self.sampler.pause()
         return _first(draws_and_stats(self.sampler.inspect(), self.model), draws)
 
     def finish(self, draws: int) -> Draws:
-        """Run to the end; the first ``draws`` draws of every chain."""
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Explicitly requested dtype")
-            tree = self.sampler.wait()
+        """Run to the end; the first ``draws`` draws of every chain.
+
+        The sampler is resumed first: nutpie 0.16's ``wait`` leaves a paused sampler
+        paused, and would wait for ever.
+        """
+        self.sampler.resume()
+        tree = self.sampler.wait()
         return _first(draws_and_stats(tree, self.model), draws)
 
     def finished(self) -> bool:
-        """Whether the sampler has stopped (done, or failed: :meth:`finish` then raises)."""
+        """Whether the sampler has stopped; a failed chain's error is raised here."""
         try:
             return bool(self.sampler.is_finished)
         except TimeoutError:  # nutpie 0.16 raises it for a sampler still running
             return False
 
     def stop(self) -> None:
-        """Discard the rest of the run."""
-        if not self.finished():
-            self.sampler.cancel()
+        """Discard the rest of the run (never raising: it runs on the way out of errors)."""
+        try:
+            if not self.finished():
+                self.sampler.cancel()
+        except Exception:  # the chain's own error, already raised or reported
+            pass
 
 
 def _first(found: Draws, draws: int) -> Draws:
@@ -260,15 +289,22 @@ def _worker(
         os.sched_setaffinity(0, {core})
         import pytensor
 
-        with pytensor.config.change_flags(floatX=floatx):
+        with pytensor.config.change_flags(floatX=floatx), _float32_quiet():
             target: int | None = int(kwargs.pop("draws"))
-            run = _Checkpointed(model, draws=budget or target, cores=1, **kwargs)
+            run = _Checkpointed(
+                model,
+                draws=max(budget or 0, target),
+                cores=1,
+                checkpoints=budget is not None,
+                **kwargs,
+            )
             while target is not None:
                 raw, stats = run.advance(target) if budget else run.finish(target)
                 conn.send(("ok", raw, stats, _accelerators.fallen()))
                 target = conn.recv() if budget else None
     except BaseException as err:  # reported by the parent; a worker must not die silently
-        conn.send(("error", f"{type(err).__name__}: {err}", None, _accelerators.fallen()))
+        with contextlib.suppress(OSError):  # unless the parent has gone (closed its end)
+            conn.send(("error", f"{type(err).__name__}: {err}", None, _accelerators.fallen()))
     finally:
         if run is not None:
             run.stop()
@@ -331,6 +367,8 @@ def nutpie_in_workers(
         for name, reason in fell.items():
             _accelerators.fall_back(name, reason)
     finally:
+        for conn in conns:  # a worker still waiting for its next target ends at once
+            conn.close()
         for proc in procs:
             proc.join(timeout=5)
             if proc.is_alive():

@@ -163,6 +163,7 @@ def compare_candidates(
     """
     from .checks import loo, loo_rows
     from .model import IRTModel, fit_default
+    from .policy import prior_choice
 
     order = parse_candidates(candidates)
     fits: dict[str, Any] = {}
@@ -181,9 +182,16 @@ def compare_candidates(
             warnings.simplefilter("ignore", ConvergenceWarning)  # recorded per candidate
             if draws is None:
                 fit = fit_default(responses, model, cfg or None, **fit_kwargs)
-            else:
+            else:  # draws given: no refits, but the data still choose the 2PL's prior
+                chosen = prior_choice(
+                    responses.values, model, cfg, fit_kwargs.get("parameterization", "auto")
+                )
+                if chosen is not None:
+                    cfg["discrimination_prior"] = chosen["prior"]
                 fit = IRTModel(responses, model, config=cfg or None)
                 fit.fit("nuts", draws=draws, **fit_kwargs)
+                if chosen is not None:
+                    fit.fit_info["prior_choice"] = chosen
         wall[name] = round(time.perf_counter() - start, 1)
         fits[name] = fit
         elpd[name] = loo(fit, max_draws=max_draws)

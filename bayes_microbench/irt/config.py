@@ -276,7 +276,7 @@ def check_fit_settings(
     Each setting given (not None) is checked: ``method``, ``backend``, ``adaptation``
     against their choices; ``chains``, ``draws`` (>= 1), ``tune`` (>= 0) and
     ``optimizer_iterations`` (>= 1) whole numbers; ``target_accept`` in [0.5, 1);
-    ``draws_budget`` (>= 1) only for nutpie's NUTS (its chains are continued);
+    ``draws_budget`` (>= ``draws``) only for nutpie's NUTS (its chains are continued);
     ``parameterization`` (``"auto"`` or one of ``model``'s, and ``"decoupled-nc"`` only
     for a lognormal 2PL/3PL; needs ``model``). ``SamplerConfig.validate``,
     ``IRTModel.fit`` and the ``fit`` command call it (the command before reading data).
@@ -304,6 +304,12 @@ def check_fit_settings(
     ):
         if value is not None:
             _whole(name, value, minimum)
+    if draws_budget is not None and draws is not None and int(draws_budget) < int(draws):
+        raise SettingError(
+            f"{param('draws_budget', draws_budget)} must be at least {param('draws', draws)} "
+            "(the draws per chain of the first check)",
+            ["draws_budget"],
+        )
     if draws_budget is not None and (method, backend) != ("nuts", "nutpie"):
         raise SettingError(
             f"{param('draws_budget')} continues nutpie's NUTS chains: it needs "

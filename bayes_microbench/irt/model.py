@@ -9,6 +9,7 @@ make a new one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -377,6 +378,9 @@ class IRTModel:
                 raw, sample_stats = self._fit_optimizer(model, sampler, maxiter)
         self.wall_seconds = time.perf_counter() - start
         self.parameterization = parameterization
+        if method == "nuts" and draws_budget is not None:  # the draws the chains reached
+            sampler = dataclasses.replace(sampler, draws=int(next(iter(raw.values())).shape[1]))
+            self.fit_info["draws_budget"] = int(draws_budget)
         self.sampler = sampler
         self.idata = self._assemble(raw, sample_stats, parameterization)
         self.fit_info["random_seed"] = seed
@@ -848,27 +852,24 @@ def fit_default(
     but on each one something did (docs/decisions/0032-default-fit-tries-its-remedies.md);
     a default fit should find it instead of naming it in an error.
     """
-    from .policy import WEAK_ITEM_SHARE, data_prior, lognormal_refits, remedy_refits
+    from .policy import WEAK_ITEM_SHARE, lognormal_refits, prior_choice, remedy_refits
 
     drawn = fit_kwargs.get("random_seed") is None
     fit_kwargs["random_seed"] = seed_or_fresh(fit_kwargs.get("random_seed"), "fit_default")
     asked = fit_kwargs.get("parameterization", "auto")
     defaults = asked == "auto" and "discrimination_prior" not in (config or {})
+    choice = prior_choice(responses.values, model, config, asked)
     first: dict[str, str] = {}
-    choice = None
-    if defaults and model == "2pl":
-        prior, share = data_prior(responses.values, model)
-        choice = {"prior": prior, "weak_item_share": round(share, 4), "threshold": WEAK_ITEM_SHARE}
-        if prior != "lognormal":
-            first = {"discrimination_prior": prior}
-            logger.info(
-                "%.0f%% of the items are answered no more often by the llms that do better "
-                "on the others (at least %.0f%%): the fit starts from the %s discrimination "
-                "prior",
-                100 * share,
-                100 * WEAK_ITEM_SHARE,
-                prior,
-            )
+    if choice is not None and choice["prior"] != "lognormal":
+        first = {"discrimination_prior": choice["prior"]}
+        logger.info(
+            "%.0f%% of the items are answered no more often by the llms that do better "
+            "on the others (at least %.0f%%): the fit starts from the %s discrimination "
+            "prior",
+            100 * choice["weak_item_share"],
+            100 * WEAK_ITEM_SHARE,
+            choice["prior"],
+        )
 
     def one(cfg: dict[str, Any] | None, kwargs: dict[str, Any]) -> tuple[IRTModel, list[Any]]:
         with _data_notes_said_once(not refits), warnings.catch_warnings(record=True) as caught:

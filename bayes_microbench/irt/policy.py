@@ -202,6 +202,26 @@ def data_prior(values: np.ndarray, model: str) -> tuple[str, float]:
     return ("truncated-normal" if share >= WEAK_ITEM_SHARE else "lognormal"), share
 
 
+def prior_choice(
+    values: np.ndarray,
+    model: str,
+    config: dict[str, Any] | None = None,
+    parameterization: str = "auto",
+) -> dict[str, Any] | None:
+    """The record of the prior a fit that left it to the data starts from, or ``None``.
+
+    ``None`` unless ``model`` is the 2PL and the caller left both the discrimination
+    prior (not in ``config``) and the parameterization (``"auto"``) to the defaults;
+    else ``{"prior", "weak_item_share", "threshold"}`` (:func:`data_prior`), which a fit
+    keeps in ``fit_info["prior_choice"]``. Why one function: the default fit, a fit of
+    given draws and ``fit --model auto`` choose the same way.
+    """
+    if model != "2pl" or parameterization != "auto" or "discrimination_prior" in (config or {}):
+        return None
+    prior, share = data_prior(values, model)
+    return {"prior": prior, "weak_item_share": round(share, 4), "threshold": WEAK_ITEM_SHARE}
+
+
 def choose(
     data: IRTData,
     config: IRTConfig,
