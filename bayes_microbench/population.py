@@ -411,9 +411,15 @@ class Population:
     def describe(self) -> str:
         """One line: where the population comes from."""
         dims = "" if self.n_dims == 1 else f"{self.n_dims}-D "
+        pairs = (
+            f"; a pair's misfit by accuracy and gap ({self.pair_cov.shape[0]} x "
+            f"{self.pair_cov.shape[1]} cells)"
+            if self.has_pairs
+            else "; a pair's misfit as two independent llms' (saved before the pair tables)"
+        )
         return (
             f"{dims}abilities of the {self.n_llms} fitted llms, with their residual excess "
-            f"covariance (rank {self.factor.shape[1]})"
+            f"covariance (rank {self.factor.shape[1]}){pairs}"
         )
 
     def to_dataset(self) -> xr.Dataset:
