@@ -22,6 +22,13 @@ Definitions (the study's, made explicit)
   the curve: its mean is the posterior-predictive curve, its quantiles the
   credible band. For a **random** design each draw also gets its own random
   subset (nested across sizes), so the band includes the subset's randomness.
+  With a fitted population (the default where the posterior carries one), the
+  pairs come from the fitted llms, each pair's estimate strays by the misfit
+  that pairs of fitted llms of its accuracy and gap show (the population's pair
+  tables), and each draw takes its own bootstrap weighting of those llms and its
+  own value of the misfit within its sampling error, so that the band carries
+  the population's and the misfit's uncertainty beside the items'
+  (docs/decisions/0034-design-pairs-share-their-misfit.md).
 * **MDAD** = the smallest gap on the grid (0-30 points in steps of 0.5 by
   default) at which the curve reaches the threshold (0.8). Curves are made
   monotone in the gap by construction (running maximum), so "smallest gap"
@@ -248,20 +255,28 @@ def _curves_chunk(
     half_step: np.ndarray,
     population: Population | None = None,
     excess: np.ndarray | None = None,
+    spread: _Spread | None = None,
 ) -> np.ndarray:
     """P(correct | gap) for the draws ``rows``: (s, D, G). Vectorized over all axes.
 
     ``population``: the fitted llms' abilities replace the prior's ``Normal(0, 1)``;
-    ``excess`` ((D,) or (s, D)): each llm's estimate-error variance beyond the model's.
+    ``excess`` ((D, C, B) or (s, D, C, B), :meth:`Population.pair_excess`): a pair's
+    estimate-error variance beyond the model's, per cell of the population's pair
+    tables, read at each pair's mean accuracy and realized gap; ``spread``: the
+    chunk's rows of the per-draw population weights and misfit draws.
     """
     theta, xa, wa, xk, wk = _quadrature()
+    n_s = len(rows)
+    wa_s = np.broadcast_to(wa, (n_s, len(wa)))
     if population is not None:
         xa, wa = population.nodes(N_POPULATION_NODES)
+        wa_s = np.broadcast_to(wa, (n_s, len(wa)))
+        if spread is not None:
+            wa_s = population.node_weights(N_POPULATION_NODES, spread.weights)
     n_t = len(theta)
     pn, qn, ps, qs, cs = _moments(draws, rows, np.concatenate([theta, xa]), weights)
     pn_g, pn_a = pn[:, :n_t], pn[:, n_t:]  # (s, T), (s, A)
     qn_g, qn_a = qn[:, :n_t], qn[:, n_t:]
-    n_s = len(rows)
     delta = gaps / 100.0
 
     # expected-gap nodes around each realized gap, and the other llm's expected accuracy
@@ -288,15 +303,17 @@ def _curves_chunk(
     if population is None:
         dens_b = np.exp(-0.5 * theta_b**2)
     else:
-        dens_g = population.density(theta)
-        dens_b = dens_g[local] * (1.0 - frac) + dens_g[local + 1] * frac
+        dens_g = np.broadcast_to(
+            population.density(theta, None if spread is None else spread.weights), (n_s, n_t)
+        )
+        dens_b = dens_g[seg, local] * (1.0 - frac) + dens_g[seg, local + 1] * frac
 
     qn_flat = qn_g.ravel()
     qn_b = qn_flat[flat] * (1.0 - frac) + qn_flat[flat + 1] * frac
     sig_m2 = qn_a[:, :, None, None] + qn_b
     ratio2 = sig0[:, :, None, None] ** 2 / sig_m2
     weight = (
-        wa[None, :, None, None]
+        wa_s[:, :, None, None]
         * wk[None, None, None, :]
         * dens_b
         * jac
@@ -316,15 +333,20 @@ def _curves_chunk(
     own = own[:, :, None, None, :]  # (s, A, 1, 1, 3D)
     mu_k = own[..., :n_d] - ps_b
     var_k = own[..., n_d : 2 * n_d] + qs_b
-    if excess is not None:  # two llms, each with its own misfit, independent of the full gap
-        extra = np.broadcast_to(np.asarray(excess, dtype=np.float32), (n_s, n_d))
-        var_k = var_k + 2.0 * extra[:, None, None, None, :]
     cov = own[..., 2 * n_d :] + cs_b
     inv_m2 = (1.0 / sig_m2).astype(np.float32)[..., None]
     resid = (delta[None, None, :, None] - e).astype(np.float32)[..., None]
     half = np.broadcast_to(np.asarray(half_step, dtype=np.float32), (n_s, n_d))
     margin = mu_k + cov * inv_m2 * resid - half[:, None, None, None, :]
     cond_var = var_k - cov * cov * inv_m2
+    np.maximum(cond_var, np.float32(0.0), out=cond_var)
+    if excess is not None:  # the pair's misfit, independent of the full gap
+        # the pair's mean expected accuracy: the better llm's minus half the expected gap
+        mid = pn_a[:, :, None, None] - 0.5 * e
+        extra, rel = _excess_at(excess, population, delta, mid)  # (s, A, G, K, D), (..., 1)
+        cond_var = cond_var + extra
+        if spread is not None:  # the misfit estimate's sampling error, one draw per row
+            cond_var = cond_var * _misfit_factor(rel, spread.misfit[:, None, None, None, None])
     np.maximum(cond_var, np.float32(1e-30), out=cond_var)
     pc = ndtr(margin / np.sqrt(cond_var))  # a zero variance gives +-inf: P = 1 or 0
     num = np.einsum("sagk,sagkd->sdg", weight.astype(np.float32), pc)
@@ -394,6 +416,9 @@ def _pair_curves_chunk(
     half_step: np.ndarray,
     abilities: np.ndarray,
     excess: np.ndarray | None = None,
+    population: Population | None = None,
+    pair_weights: np.ndarray | None = None,
+    misfit: np.ndarray | None = None,
 ) -> np.ndarray:
     """P(correct | gap) for the draws ``rows`` over ordered pairs of ``abilities``: (s, Z, G).
 
@@ -406,6 +431,13 @@ def _pair_curves_chunk(
     every gap are skipped; the rest is vectorized over draws, pairs, sizes and
     gaps in blocks of at most ``_PAIR_CELLS`` cells. A gap no pair produces
     (mean density below :data:`PAIR_MIN_DENSITY`) is NaN.
+
+    ``excess`` ((Z, C, B) or (s, Z, C, B)) and ``population``: the pair's misfit
+    from the population's pair tables (:meth:`Population.pair_excess`), read at its
+    mean expected accuracy and each gap; ``pair_weights`` (s, M): a per-draw
+    weighting of the abilities (each pair weighted by ``M^2 w_a w_b``);
+    ``misfit`` (s,): per-draw standard normals that move the misfit estimate
+    within its sampling error (docs/decisions/0034).
     """
     pn, qn, ps, qs, cs = _moments(draws, rows, abilities, weights)
     n_s, n_z = len(rows), ps.shape[2]
@@ -422,9 +454,6 @@ def _pair_curves_chunk(
     near = ~far.all(axis=0)
     first, second = first[near], second[near]
     half = np.broadcast_to(np.asarray(half_step, dtype=np.float64), (n_s, n_z))
-    extra = np.zeros((n_s, n_z))
-    if excess is not None:  # two llms, each with its own misfit, independent of the full gap
-        extra = 2.0 * np.broadcast_to(np.asarray(excess, dtype=np.float64), (n_s, n_z))
     num = np.zeros((n_s, n_z, n_g))
     den = np.zeros((n_s, n_g))
     block = max(1, _PAIR_CELLS // (n_s * n_g * n_z))
@@ -436,15 +465,23 @@ def _pair_curves_chunk(
         dens = np.sqrt(inv_var / (2.0 * np.pi))[:, :, None] * np.exp(
             -0.5 * resid * resid * inv_var[:, :, None]
         )
+        if pair_weights is not None:
+            dens = dens * (m * m * pair_weights[:, i] * pair_weights[:, j])[:, :, None]
         cov = cs[:, i] + cs[:, j]  # (s, P, Z)
         slope = cov * inv_var[:, :, None]
-        cond_var = np.maximum(qs[:, i] + qs[:, j] + extra[:, None, :] - cov * slope, 1e-30)
-        inv_sd = 1.0 / np.sqrt(cond_var)
-        base = ((ps[:, i] - ps[:, j] - half[:, None, :]) * inv_sd).astype(np.float32)
-        scaled = (slope * inv_sd).astype(np.float32)
+        cond_var = np.maximum(qs[:, i] + qs[:, j] - cov * slope, 0.0)[..., None]  # (s, P, Z, 1)
+        if excess is not None:  # the pair's misfit at its mean accuracy and each gap
+            mid = 0.5 * (pn[:, i] + pn[:, j])
+            extra, rel = _excess_at(excess, population, delta, mid)  # (s, P, Z, G), (s, P, 1, G)
+            cond_var = cond_var + extra
+            if misfit is not None:
+                cond_var = cond_var * _misfit_factor(rel, misfit[:, None, None, None])
+        inv_sd = 1.0 / np.sqrt(np.maximum(cond_var, 1e-30))  # (s, P, Z, 1 or G)
+        base = ((ps[:, i] - ps[:, j] - half[:, None, :])[..., None] * inv_sd).astype(np.float32)
+        scaled = (slope[..., None] * inv_sd).astype(np.float32)
         # (s, P, Z, G), the gap last: the broadcasts and ndtr run on its contiguous axis
-        margin = scaled[..., None] * resid.astype(np.float32)[:, :, None, :]
-        margin += base[..., None]
+        margin = scaled * resid.astype(np.float32)[:, :, None, :]
+        margin += base
         pc = ndtr(margin)  # a zero variance gives +-inf: P = 1 or 0
         num += np.einsum("spg,spzg->szg", dens.astype(np.float32), pc)
         den += dens.sum(axis=1)
@@ -452,6 +489,107 @@ def _pair_curves_chunk(
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.minimum(num / den[:, None, :], 1.0)  # float32 sums may pass 1 by 1e-7
         return np.where(produced[:, None, :], ratio, np.nan)
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """Per posterior draw: a Bayesian-bootstrap weighting of the population's abilities
+    (``weights`` (S, L), the quadrature's; ``pair_weights`` (S, M), the pair path's)
+    and a standard normal (``misfit`` (S,)) that moves the pair tables' misfit within
+    its sampling error (docs/decisions/0034)."""
+
+    weights: np.ndarray
+    pair_weights: np.ndarray
+    misfit: np.ndarray
+
+    def rows(self, rows: np.ndarray) -> _Spread:
+        """The draws ``rows`` of each."""
+        return _Spread(self.weights[rows], self.pair_weights[rows], self.misfit[rows])
+
+
+def _spread(population: Population | None, n_draws: int, random_seed: Any) -> _Spread | None:
+    """The per-draw population and misfit draws of a design (None without a population)."""
+    if population is None:
+        return None
+    rng = np.random.default_rng([_entropy(random_seed), 20034])
+    weights = population.bootstrap_weights(rng, n_draws)
+    pair_weights = population.bootstrap_weights(rng, n_draws, PAIR_ABILITIES)
+    return _Spread(weights, pair_weights, rng.standard_normal(n_draws))
+
+
+#: Least share of a pair's variance a draw of the misfit estimate's error leaves.
+MISFIT_FLOOR = 0.05
+
+
+def _misfit_factor(rel: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """One draw of the pair tables' estimate error, as a factor on the pair's variance.
+
+    A cell's excess is the mean of ``(d . (r_a - r_b))^2`` less the Bernoulli part,
+    so its sampling error is ``sqrt(2 / dof)`` (``rel``) times the pair's *whole*
+    variance; ``z`` a standard normal per draw. Scaling the whole variance by
+    ``1 + rel z`` (floored at :data:`MISFIT_FLOOR`) keeps its mean: adding the
+    error to the excess and clipping at 0 lifted every curve's variance by about
+    ``0.4 rel`` of it.
+    """
+    return np.maximum(1.0 + rel * z, MISFIT_FLOOR).astype(np.float32)
+
+
+def _band_interp(values: np.ndarray, centres: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``values`` (..., C, B) read at ``x`` (X,) along each row's band ``centres`` (C, B):
+    (..., C, X), linear, constant past the first and last centre."""
+    n_c, n_b = centres.shape
+    if n_b == 1:
+        return np.broadcast_to(values[..., :1], (*values.shape[:-1], len(x)))
+    out = []
+    for c in range(n_c):
+        hi = np.clip(np.searchsorted(centres[c], x), 1, n_b - 1)
+        lo = hi - 1
+        span = centres[c, hi] - centres[c, lo]
+        f = np.clip((x - centres[c, lo]) / np.where(span > 0, span, 1.0), 0.0, 1.0)
+        out.append(values[..., c, lo] * (1.0 - f) + values[..., c, hi] * f)
+    return np.stack(out, axis=-2)
+
+
+def _excess_at(
+    table: np.ndarray, population: Population, delta: np.ndarray, mid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """A pair's misfit variance from the pair tables, at its mean accuracy and realized gap.
+
+    ``table`` ((Z, C, B) or (s, Z, C, B)): :meth:`Population.pair_excess` of the
+    designs; ``delta`` (G,): the gaps (fractions); ``mid``: the pairs' mean
+    expected accuracy, (s, A, G, K) for the quadrature (returns (s, A, G, K, Z))
+    or (s, P) for the pair path (returns (s, P, Z, G)). Also returns the relative
+    sd of the cell's variance estimate there, with a size axis of 1.
+    """
+    acc, gap_c, rel = population.pair_cells()
+    n_s = mid.shape[0]
+    table = np.broadcast_to(np.asarray(table, dtype=np.float32), (n_s, *table.shape[-3:]))
+    by_gap = _band_interp(table, gap_c, delta)  # (s, Z, C, G)
+    rel_gap = _band_interp(rel, gap_c, delta)  # (C, G)
+    n_c = len(acc)
+    if n_c == 1:
+        hi = np.zeros(mid.shape, dtype=np.int64)
+        lo, f = hi, np.zeros(mid.shape)
+    else:
+        hi = np.clip(np.searchsorted(acc, mid), 1, n_c - 1)
+        lo = hi - 1
+        f = np.clip((mid - acc[lo]) / np.maximum(acc[hi] - acc[lo], 1e-12), 0.0, 1.0)
+    f = f.astype(np.float32)
+    rel_gap = rel_gap.astype(np.float32)
+    if mid.ndim == 4:  # quadrature: (s, A, G, K)
+        vt = by_gap.transpose(0, 3, 2, 1)  # (s, G, C, Z)
+        si = np.arange(n_s)[:, None, None, None]
+        gi = np.arange(len(delta))[None, None, :, None]
+        out = vt[si, gi, lo] * (1.0 - f[..., None]) + vt[si, gi, hi] * f[..., None]
+        rt = rel_gap.T  # (G, C)
+        r = rt[gi, lo] * (1.0 - f) + rt[gi, hi] * f
+        return out, r[..., None]
+    vt = by_gap.transpose(0, 2, 1, 3)  # (s, C, Z, G)
+    si = np.arange(n_s)[:, None]
+    fx = f[..., None, None]
+    out = vt[si, lo] * (1.0 - fx) + vt[si, hi] * fx  # (s, P, Z, G)
+    r = rel_gap[lo] * (1.0 - f[..., None]) + rel_gap[hi] * f[..., None]  # (s, P, G)
+    return out, r[:, :, None, :]
 
 
 def population_positions(population: Population, draws: ItemDraws) -> np.ndarray:
@@ -521,6 +659,8 @@ def _curves(
     monotone: bool = True,
     population: Population | None = None,
     pair_path: bool | None = None,
+    random_seed: Any = 0,
+    spread: _Spread | None = None,
 ) -> np.ndarray:
     """P(correct | gap) for every draw and size: (S, D, G).
 
@@ -537,10 +677,18 @@ def _curves(
     well defined on a fine grid; :func:`plan` evaluates each gap on its own
     (``monotone=False``) so that a gap's answer does not depend on the other
     gaps asked.
+
+    With a population, each draw also takes its own bootstrap weighting of the
+    population's llms and its own value of the misfit within the pair tables'
+    sampling error (``spread``, drawn from ``random_seed`` unless given), so
+    that the band carries the population's and the misfit's uncertainty beside
+    the items' (docs/decisions/0034).
     """
     out = np.empty((draws.n_draws, len(design.sizes), len(gaps)))
     positions = None if population is None else population_positions(population, draws)
     pairs = draws.loadings is not None if pair_path is None else pair_path
+    if spread is None:
+        spread = _spread(population, draws.n_draws, random_seed)
     abilities = None
     if pairs:  # D dims: no monotone curve to invert; pairs of abilities instead
         abilities = pair_abilities(population, 0 if draws.loadings is None else draws.n_dims)
@@ -548,13 +696,30 @@ def _curves(
         rows = np.arange(start, min(draws.n_draws, start + _CHUNK))
         weights = design.weights(rows)
         excess = None
+        part = None if spread is None else spread.rows(rows)
         if population is not None:
-            excess = population.excess_variance(weights, positions)
+            excess = population.pair_excess(weights, positions)
         half = _tie_margins(weights)
         if abilities is not None:
-            out[rows] = _pair_curves_chunk(draws, rows, weights, gaps, half, abilities, excess)
+            pw = None
+            if part is not None and len(abilities) == PAIR_ABILITIES:
+                pw = part.pair_weights
+            elif part is not None:  # a population smaller than the pair sample: its own weights
+                pw = part.weights * len(abilities)
+            out[rows] = _pair_curves_chunk(
+                draws,
+                rows,
+                weights,
+                gaps,
+                half,
+                abilities,
+                excess,
+                population,
+                None if pw is None else pw / pw.sum(axis=1, keepdims=True),
+                None if part is None else part.misfit,
+            )
         else:
-            out[rows] = _curves_chunk(draws, rows, weights, gaps, half, population, excess)
+            out[rows] = _curves_chunk(draws, rows, weights, gaps, half, population, excess, part)
         if progress is not None:
             progress(len(rows))
     if not monotone:
@@ -737,8 +902,10 @@ def design_curves(
     n_llms
         Also predict the MDAD that a study of ``n_llms`` new llms would
         measure by the study's rule (:func:`bayes_microbench.mdad.mdad_from_pairs`
-        on all their pairs): ``mdad_study`` and ``mdad_study_interval``. Its band
-        adds to the curve's uncertainty which llms the study happens to hold.
+        on all their pairs): ``mdad_study``, ``mdad_study_interval`` and the
+        simulated studies ``mdad_study_draws`` (one per posterior draw). Its band
+        adds to the curve's uncertainty which llms the study happens to hold and
+        their own misfit.
 
     Returns
     -------
@@ -779,9 +946,15 @@ def design_curves(
 
         # disable=None: tqdm turns itself off when stderr is not a terminal (a log, a pipe)
         bar = tqdm(total=draws.n_draws, desc=f"design {design.label}", unit="draw", disable=None)
+    spread = _spread(pop, draws.n_draws, random_seed)
     try:
         curves = _curves(
-            draws, design, gap_grid, bar.update if bar is not None else None, population=pop
+            draws,
+            design,
+            gap_grid,
+            bar.update if bar is not None else None,
+            population=pop,
+            spread=spread,
         )
     finally:
         if bar is not None:
@@ -792,10 +965,13 @@ def design_curves(
         k = check_positive_int(n_llms, "n_llms")
         if k < 2:
             raise UserInputError(f"n_llms must be at least 2 (a pair), got {n_llms}")
-        study = study_mdads(curves, draws, gap_grid, thr, pop, k, random_seed)  # (S, D)
+        weights = None if spread is None or pop.n_dims != 1 else spread.weights
+        study = study_mdads(curves, draws, gap_grid, thr, pop, k, random_seed, weights)  # (S, D)
         attrs = {"ci_kind": "eti", "ci_prob": ci, "n_llms": k}
         res["mdad_study"] = ("n_items", np.quantile(study, 0.5, axis=0, method="lower"), attrs)
         res["mdad_study_interval"] = (("n_items", "ci_bound"), _quantiles(study, ci), attrs)
+        shape = res["mdad_draws"].shape
+        res["mdad_study_draws"] = (("chain", "draw", "n_items"), study.reshape(shape), attrs)
     return res
 
 
@@ -807,16 +983,27 @@ def study_mdads(
     population: Population | None,
     n_llms: int,
     random_seed: Any,
+    weights: np.ndarray | None = None,
 ) -> np.ndarray:
     """The MDAD a study of ``n_llms`` new llms would measure, once per posterior draw: (S, D).
 
     Per draw: ``n_llms`` abilities from the population (the fitted llms'
-    abilities, or the prior's ``Normal(0, 1)``), full-benchmark accuracies
+    abilities under a bootstrap weighting: ``weights`` (S, L), the curves' own,
+    or drawn here; or the prior's ``Normal(0, 1)``), full-benchmark accuracies
     from the draw's item curves with their binomial noise, every pair ranked
-    correctly with the draw's P(correct | gap), and the study's first-crossing
-    rule on 0.5-point bins (``inf`` where no bin reaches ``thr``). Pairs are
-    drawn independently given their gaps.
+    with the draw's P(correct | gap), and the study's first-crossing rule on
+    0.5-point bins (``inf`` where no bin reaches ``thr``).
+
+    A pair's ranking error is the difference of its two llms' estimate errors,
+    so the pairs of one llm are not independent: each simulated llm gets one
+    standard normal error ``u_j`` (variance 1/2), and a pair (better ``a``,
+    worse ``b``) is ranked correctly when ``Phi^-1(P(correct | gap)) + u_a - u_b
+    > 0``: each pair keeps the curve's probability, and an llm whose estimate
+    strays drags all its pairs with it, as in a real study
+    (docs/decisions/0034).
     """
+    from scipy.special import ndtri
+
     rng = np.random.default_rng(_entropy(random_seed) + 7)
     n_s, n_d, _ = curves.shape
     i, j = np.triu_indices(n_llms, k=1)
@@ -827,11 +1014,14 @@ def study_mdads(
                 (n_llms, draws.n_dims) if draws.loadings is not None else n_llms
             )
         else:  # rows: 1-D abilities, or D-dim ones of a 2pl-md posterior's population
-            theta = rng.choice(population.ability, size=n_llms, replace=True)
+            p = population.bootstrap_weights(rng, 1)[0] if weights is None else weights[s]
+            theta = population.ability[rng.choice(len(population.ability), n_llms, p=p)]
         p = _draw_rows(draws, np.array([s])).prob(theta[None, :])[0]  # (K, N)
         acc = rng.binomial(draws.n_items, p.mean(axis=1)) / draws.n_items
         gap = np.abs(acc[i] - acc[j])
         keep = gap > 0
+        first_better = acc[i][keep] > acc[j][keep]
+        ik, jk = i[keep], j[keep]
         binned = np.floor(gap[keep] * 200.0) / 2.0  # points, as mdad.bin_shares
         labels, inverse = np.unique(binned, return_inverse=True)
         for d in range(n_d):
@@ -841,7 +1031,9 @@ def study_mdads(
                 continue
             last = float(curve[defined][-1])
             pc = np.interp(gap[keep] * 100.0, gaps[defined], curve[defined], right=last)
-            correct = rng.random(pc.shape) < pc
+            u = rng.standard_normal(n_llms) * np.sqrt(0.5)
+            lead = np.where(first_better, u[ik] - u[jk], u[jk] - u[ik])
+            correct = ndtri(np.clip(pc, 1e-12, 1.0 - 1e-12)) + lead > 0
             share = np.bincount(inverse, weights=correct) / np.bincount(inverse)
             hit = np.flatnonzero(share >= thr)
             if hit.size:
@@ -1151,7 +1343,15 @@ def plan(
     blocks = [sizes[k : k + _PLAN_BLOCK] for k in range(0, len(sizes), _PLAN_BLOCK)]
     curves = np.concatenate(
         [
-            _curves(draws, _plan_design(draws, selector, b, random_seed), gaps, None, False, pop)
+            _curves(
+                draws,
+                _plan_design(draws, selector, b, random_seed),
+                gaps,
+                None,
+                False,
+                pop,
+                random_seed=random_seed,
+            )
             for b in blocks
         ],
         axis=1,

@@ -23,6 +23,15 @@ clusters) plus a diagonal, so no llm's responses can be read back from it.
 For a ``2pl-md`` posterior the plug-in abilities are ``D``-dimensional (the
 posterior mean of each llm's ability posterior) and ``P_i(a_j)`` is the
 multidimensional 2PL's; the rest is the same (docs/decisions/0030).
+
+A design ranks *pairs*, and the misfit of two llms is not independent: llms of
+close accuracy share much of it (on Winogrande's selector subsets a pair 0-3
+points apart carries a third of twice one llm's excess), and it varies with
+accuracy (GSM8K's weakest llms carry almost none). The pair tables hold the
+excess covariance of the residual *difference* ``r_a - r_b`` of the fitted
+llms' pairs, by accuracy group and band of realized gap, in the factor's
+coordinates plus a diagonal, which :meth:`Population.pair_excess` evaluates for
+any design (docs/decisions/0034-design-pairs-share-their-misfit.md).
 """
 
 from __future__ import annotations
@@ -45,6 +54,17 @@ POPULATION_DRAWS = 50
 MAX_ABILITIES = 2000
 #: Random subsets a scored subset's excess misfit is compared with.
 SUBSET_EXCESS_RANDOM = 16
+#: Bands of a pair's realized full-benchmark gap (points) in the pair tables.
+PAIR_GAP_EDGES = (0.0, 1.0, 2.0, 4.0, 7.0, 11.0, 16.0, 30.0)
+#: Accuracy groups of the pair tables at most (quantiles of the llms' expected accuracy),
+#: and the fewest llms a group holds (fewer llms: fewer groups).
+PAIR_GROUPS = 4
+PAIR_GROUP_LLMS = 50
+#: Fewest pairs a cell of the pair tables is estimated from (else it copies the nearest
+#: band of its group), most pairs it uses, and most pairs drawn in all.
+PAIR_MIN_PAIRS = 40
+PAIR_MAX_PAIRS = 20_000
+PAIR_SAMPLE = 500_000
 
 
 @dataclass(frozen=True)
@@ -55,6 +75,15 @@ class Population:
     (L, D), one row per llm; ``factor`` (N, k) and ``diag`` (N,): the excess
     residual covariance ``factor @ factor.T + diag(diag)`` over the
     posterior's ``items``; ``n_llms``: llms behind it.
+
+    The pair tables (None in a population saved before them): for ``G``
+    accuracy groups (``pair_accuracy`` (G,): their centres, expected accuracy)
+    and ``B`` gap bands (``pair_gap`` (G, B): the median realized gap of each
+    cell's pairs, a fraction), the excess covariance of a pair's residual
+    difference is ``F M F' + diag(pair_diag)`` with ``F = factor``, ``M =
+    pair_cov`` (G, B, k, k) and ``pair_diag`` (G, B, N); ``pair_dof`` (G, B):
+    the effective number of independent cases behind each cell (the
+    uncertainty of its estimate).
     """
 
     items: np.ndarray
@@ -62,6 +91,11 @@ class Population:
     factor: np.ndarray
     diag: np.ndarray
     n_llms: int
+    pair_accuracy: np.ndarray | None = None
+    pair_gap: np.ndarray | None = None
+    pair_cov: np.ndarray | None = None
+    pair_diag: np.ndarray | None = None
+    pair_dof: np.ndarray | None = None
 
     @property
     def n_dims(self) -> int:
@@ -90,6 +124,93 @@ class Population:
         weights = np.asarray(weights, dtype=np.float64)
         d = weights - 1.0 / weights.shape[-2]
         return self.quadratic(np.swapaxes(d, -1, -2), positions)
+
+    @property
+    def has_pairs(self) -> bool:
+        """Whether the population carries the pair tables (saved since decision 0034)."""
+        return self.pair_cov is not None
+
+    def pair_excess(self, weights: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
+        """The excess variance of a pair's estimate-error difference, per design and cell.
+
+        For a design ``w`` (``d = w - 1/N``) and the cell (accuracy group ``g``,
+        gap band ``b``): ``d' (F M_gb F' + diag_gb) d``, the variance of
+        ``d . (r_a - r_b)`` beyond the Bernoulli noise for pairs of fitted llms in
+        that cell. Without pair tables: twice :meth:`excess_variance` (two
+        independent llms) in one cell.
+
+        Parameters
+        ----------
+        weights
+            ``(..., N_b, D)`` design weights over the benchmark items.
+        positions
+            The benchmark items' positions in :attr:`items` (default: all, in order).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(..., D, G, B)`` (``G = B = 1`` without pair tables), clipped at 0.
+        """
+        weights = np.asarray(weights, dtype=np.float64)
+        if not self.has_pairs:
+            return 2.0 * self.excess_variance(weights, positions)[..., None, None]
+        if self.pair_cov.shape[-1] != self.factor.shape[1]:
+            raise ValueError(
+                f"the pair tables are of rank {self.pair_cov.shape[-1]} but the factor of rank "
+                f"{self.factor.shape[1]}: replace both together (or set the pair tables to None)"
+            )
+        d = np.swapaxes(weights - 1.0 / weights.shape[-2], -1, -2)  # (..., D, N_b)
+        factor = self.factor if positions is None else self.factor[positions]
+        diag = self.pair_diag if positions is None else self.pair_diag[..., positions]
+        low = d @ np.asarray(factor, dtype=np.float64)  # (..., D, k)
+        quad = np.einsum("...dk,gbkl,...dl->...dgb", low, self.pair_cov, low)
+        n_g, n_b = self.pair_cov.shape[:2]
+        on_diag = (d * d) @ np.asarray(diag, dtype=np.float64).reshape(n_g * n_b, -1).T
+        return np.maximum(quad + on_diag.reshape(*on_diag.shape[:-1], n_g, n_b), 0.0)
+
+    def pair_cells(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pair tables' coordinates: accuracy centres (G,), gap centres (G, B), and
+        the relative sd of each cell's variance estimate, ``sqrt(2 / dof)`` (G, B).
+
+        Without pair tables: one cell (accuracy 0.5, gap 0) with no estimate sd.
+        """
+        if not self.has_pairs:
+            return np.array([0.5]), np.zeros((1, 1)), np.zeros((1, 1))
+        return (
+            np.asarray(self.pair_accuracy, dtype=np.float64),
+            np.asarray(self.pair_gap, dtype=np.float64),
+            np.sqrt(2.0 / np.maximum(np.asarray(self.pair_dof, dtype=np.float64), 1.0)),
+        )
+
+    def bootstrap_weights(
+        self, rng: np.random.Generator, count: int, points: int | None = None
+    ) -> np.ndarray:
+        """``count`` Bayesian-bootstrap weightings of ``points`` abilities: (count, points).
+
+        ``points`` defaults to the stored abilities (:attr:`ability`, ``L``); each
+        stands for ``n_llms / points`` fitted llms, so its weight is
+        ``Gamma(n_llms / points)``, normalized (the Bayesian bootstrap of the fitted
+        llms, aggregated); rows sum to 1. Why: a design's population is a sample of
+        llms; its uncertainty belongs in the band (docs/decisions/0034).
+        """
+        n_ab = len(self.ability) if points is None else int(points)
+        shape = max(self.n_llms / n_ab, 1e-3)
+        g = rng.gamma(shape, size=(count, n_ab))
+        return g / g.sum(axis=1, keepdims=True)
+
+    def node_weights(self, count: int, weights: np.ndarray) -> np.ndarray:
+        """Each of the :meth:`nodes` cells' total weight under ``weights`` (..., L): (..., count).
+
+        A node stands for the abilities between its two neighbouring quantiles
+        (``count`` cells of equal size, the sorted abilities in order).
+        """
+        self._check_1d("node_weights")
+        n_ab = len(self.ability)
+        cell = np.minimum((np.arange(n_ab) * count) // n_ab, count - 1)
+        w = np.asarray(weights, dtype=np.float64)
+        out = np.zeros((*w.shape[:-1], count))
+        np.add.at(np.moveaxis(out, -1, 0), cell, np.moveaxis(w, -1, 0))
+        return out
 
     def positions(self, items: np.ndarray) -> np.ndarray | None:
         """Positions of ``items`` in :attr:`items`; None when any is not there."""
@@ -258,14 +379,24 @@ class Population:
         ref = self.quadratic(_error_vectors(w, slope, info, masks), positions).mean()
         return own - ref
 
-    def density(self, theta: np.ndarray) -> np.ndarray:
-        """Gaussian-kernel density of the 1-D abilities at ``theta`` (Silverman's bandwidth)."""
+    def density(self, theta: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        """Gaussian-kernel density of the 1-D abilities at ``theta`` (Silverman's bandwidth).
+
+        ``weights`` (..., L): a weighting of the abilities (each row sums to 1, e.g.
+        :meth:`bootstrap_weights`); the result is then (..., *theta.shape).
+        """
         self._check_1d("density")
         a = self.ability
         spread = min(float(np.std(a)), float(np.subtract(*np.percentile(a, [75, 25]))) / 1.349)
         h = 0.9 * max(spread, 1e-3) * len(a) ** -0.2
-        z = (np.asarray(theta, dtype=np.float64)[..., None] - a) / h
-        return np.exp(-0.5 * z * z).mean(axis=-1) / (h * np.sqrt(2.0 * np.pi))
+        t = np.asarray(theta, dtype=np.float64)
+        z = (t[..., None] - a) / h
+        kernel = np.exp(-0.5 * z * z) / (h * np.sqrt(2.0 * np.pi))
+        if weights is None:
+            return kernel.mean(axis=-1)
+        flat = kernel.reshape(-1, len(a))
+        w = np.asarray(weights, dtype=np.float64)
+        return (w @ flat.T).reshape(*w.shape[:-1], *t.shape)
 
     def nodes(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """``count`` equal-weight 1-D ability nodes at the population's mid-quantiles."""
@@ -280,23 +411,45 @@ class Population:
     def describe(self) -> str:
         """One line: where the population comes from."""
         dims = "" if self.n_dims == 1 else f"{self.n_dims}-D "
+        pairs = (
+            f"; a pair's misfit by accuracy and gap ({self.pair_cov.shape[0]} x "
+            f"{self.pair_cov.shape[1]} cells)"
+            if self.has_pairs
+            else "; a pair's misfit as two independent llms' (saved before the pair tables)"
+        )
         return (
             f"{dims}abilities of the {self.n_llms} fitted llms, with their residual excess "
-            f"covariance (rank {self.factor.shape[1]})"
+            f"covariance (rank {self.factor.shape[1]}){pairs}"
         )
 
     def to_dataset(self) -> xr.Dataset:
         """The population as a Dataset (dims ``population_llm``, ``item``, ``factor_rank``;
-        ``population_dim`` too for D-dimensional abilities)."""
+        ``population_dim`` too for D-dimensional abilities; ``pair_group``, ``pair_band``
+        and ``factor_rank_b`` for the pair tables)."""
         ability_dims = (
             ("population_llm",) if self.n_dims == 1 else ("population_llm", "population_dim")
         )
+        data = {
+            "population_ability": (ability_dims, self.ability),
+            "population_factor": (("item", "factor_rank"), self.factor.astype(np.float32)),
+            "population_diag": ("item", self.diag.astype(np.float32)),
+        }
+        if self.has_pairs:
+            cells = ("pair_group", "pair_band")
+            data.update(
+                {
+                    "population_pair_accuracy": ("pair_group", self.pair_accuracy),
+                    "population_pair_gap": (cells, self.pair_gap),
+                    "population_pair_cov": (
+                        (*cells, "factor_rank", "factor_rank_b"),
+                        self.pair_cov,
+                    ),
+                    "population_pair_diag": ((*cells, "item"), self.pair_diag.astype(np.float32)),
+                    "population_pair_dof": (cells, self.pair_dof),
+                }
+            )
         return xr.Dataset(
-            {
-                "population_ability": (ability_dims, self.ability),
-                "population_factor": (("item", "factor_rank"), self.factor.astype(np.float32)),
-                "population_diag": ("item", self.diag.astype(np.float32)),
-            },
+            data,
             coords={"item": self.items.astype(str)},
             attrs={"population_n_llms": self.n_llms},
         )
@@ -306,12 +459,22 @@ class Population:
         """Inverse of :meth:`to_dataset`; None when ``ds`` holds no population."""
         if "population_ability" not in ds:
             return None
+
+        def pair(name: str) -> np.ndarray | None:
+            key = f"population_pair_{name}"
+            return ds[key].to_numpy().astype(np.float64) if key in ds else None
+
         return cls(
             items=ds["item"].to_numpy().astype(str),
             ability=ds["population_ability"].to_numpy().astype(np.float64),
             factor=ds["population_factor"].to_numpy().astype(np.float64),
             diag=ds["population_diag"].to_numpy().astype(np.float64),
             n_llms=int(ds.attrs["population_n_llms"]),
+            pair_accuracy=pair("accuracy"),
+            pair_gap=pair("gap"),
+            pair_cov=pair("cov"),
+            pair_diag=pair("diag"),
+            pair_dof=pair("dof"),
         )
 
 
@@ -359,19 +522,27 @@ def estimate_population(
     ability = np.asarray(samples).mean(axis=0)  # (L,) or (L, D)
     observed = ~np.isnan(y)
     resid = np.zeros_like(y)
-    bern = np.zeros(n_items)
+    pq = np.zeros_like(y)  # Bernoulli variance of each observed cell
+    expected = np.zeros(n_llms)  # each llm's expected accuracy at its plug-in ability
     for start in range(0, n_llms, 256):  # bounded memory: (S, 256, N) at a time
         rows = slice(start, min(n_llms, start + 256))
         p = draws.prob(np.broadcast_to(ability[rows], (draws.n_draws, *ability[rows].shape)))
         p = p.mean(axis=0)
         obs = observed[rows]
         resid[rows] = np.where(obs, np.nan_to_num(y[rows]) - p, 0.0)
-        bern += np.where(obs, p * (1.0 - p), 0.0).sum(axis=0)
+        pq[rows] = np.where(obs, p * (1.0 - p), 0.0)
+        expected[rows] = p.mean(axis=1)
+    bern = pq.sum(axis=0)
     k = int(max(1, min(rank, n_llms - 1, n_items)))
     _, s, vt = np.linalg.svd(resid, full_matrices=False)
     factor = (vt[:k].T * s[:k]) / np.sqrt(n_llms)
     cov_diag = (resid * resid).sum(axis=0) / n_llms
     diag = cov_diag - (factor * factor).sum(axis=1) - bern / n_llms
+    with np.errstate(invalid="ignore"):
+        full = np.nanmean(y, axis=1)  # realized accuracy: what a study's gaps are made of
+    pairs = _pair_tables(
+        resid, pq, expected, full, factor, np.random.default_rng(_pair_seed(random_seed))
+    )
     if ability.ndim == 1:
         kept = np.sort(ability)
         if len(kept) > MAX_ABILITIES:
@@ -383,7 +554,133 @@ def estimate_population(
                 len(kept), MAX_ABILITIES, replace=False
             )
             kept = kept[np.sort(picked)]
-    return Population(items=items, ability=kept, factor=factor, diag=diag, n_llms=n_llms)
+    return Population(items=items, ability=kept, factor=factor, diag=diag, n_llms=n_llms, **pairs)
+
+
+def _pair_seed(random_seed: int | None) -> int:
+    """The pair sample's seed: fixed by the population's seed (0 when it is None)."""
+    return 20034 if random_seed is None else int(random_seed) + 20034
+
+
+def _pair_tables(
+    resid: np.ndarray,
+    pq: np.ndarray,
+    expected: np.ndarray,
+    full: np.ndarray,
+    factor: np.ndarray,
+    rng: np.random.Generator,
+) -> dict[str, np.ndarray]:
+    """The pair tables of :class:`Population` from the fitted llms' residuals.
+
+    Pairs of fitted llms (all of them, or :data:`PAIR_SAMPLE` drawn) are put in
+    cells by their mean expected accuracy (``G`` quantile groups of the llms,
+    ``G`` <= :data:`PAIR_GROUPS` with at least :data:`PAIR_GROUP_LLMS` llms each)
+    and their realized gap (:data:`PAIR_GAP_EDGES`); a cell's excess covariance of
+    ``r_a - r_b`` is its projection on the factor's directions (k x k) plus a
+    diagonal, less the two llms' Bernoulli variance. A cell of fewer than
+    :data:`PAIR_MIN_PAIRS` pairs copies the nearest band of its group (a group
+    with none, the nearest group).
+
+    Parameters
+    ----------
+    resid, pq
+        ``(L, N)``: residuals at the plug-in abilities and their Bernoulli variance
+        (0 where unobserved).
+    expected, full
+        ``(L,)``: expected accuracy at the plug-in ability; realized accuracy.
+    factor
+        ``(N, k)``: the population's excess factor (its columns are orthogonal).
+    rng
+        Draws the pairs when there are more than :data:`PAIR_SAMPLE`.
+
+    Returns
+    -------
+    dict
+        ``pair_accuracy``, ``pair_gap``, ``pair_cov``, ``pair_diag``, ``pair_dof``.
+    """
+    n_llms, n_items = resid.shape
+    sigma = np.sqrt((factor * factor).sum(axis=0))
+    basis = factor / np.where(sigma > 0, sigma, 1.0)
+    scores = resid @ basis  # (L, k): each llm's residual on the factor's directions
+    if n_llms * (n_llms - 1) // 2 <= PAIR_SAMPLE:
+        first, second = np.triu_indices(n_llms, k=1)
+    else:
+        first = rng.integers(n_llms, size=PAIR_SAMPLE)
+        second = rng.integers(n_llms, size=PAIR_SAMPLE)
+    gap = np.abs(full[first] - full[second])
+    edges = np.asarray(PAIR_GAP_EDGES) / 100.0
+    keep = (first != second) & np.isfinite(gap) & (gap > 0) & (gap <= edges[-1])
+    first, second, gap = first[keep], second[keep], gap[keep]
+    n_groups = int(np.clip(n_llms // PAIR_GROUP_LLMS, 1, PAIR_GROUPS))
+    acc_edges = np.quantile(expected, np.linspace(0.0, 1.0, n_groups + 1))
+    mid = 0.5 * (expected[first] + expected[second])
+    group = np.clip(np.searchsorted(acc_edges[1:-1], mid, side="right"), 0, n_groups - 1)
+    band = np.clip(np.searchsorted(edges[1:-1], gap, side="right"), 0, len(edges) - 2)
+    n_bands = len(edges) - 1
+    k = factor.shape[1]
+    cov = np.zeros((n_groups, n_bands, k, k))
+    diag = np.zeros((n_groups, n_bands, n_items))
+    dof = np.zeros((n_groups, n_bands))
+    centre = np.tile(0.5 * (edges[:-1] + edges[1:]), (n_groups, 1))
+    filled = np.zeros((n_groups, n_bands), dtype=bool)
+    inv = np.where(sigma > 0, 1.0 / np.where(sigma > 0, sigma, 1.0), 0.0)
+    chunk = max(1, 2_000_000 // max(n_items, 1))
+    for g in range(n_groups):
+        for b in range(n_bands):
+            cell = np.flatnonzero((group == g) & (band == b))
+            if len(cell) < PAIR_MIN_PAIRS:
+                continue
+            if len(cell) > PAIR_MAX_PAIRS:
+                cell = np.sort(rng.choice(cell, PAIR_MAX_PAIRS, replace=False))
+            i, j = first[cell], second[cell]
+            proj = scores[i] - scores[j]
+            cov_v = proj.T @ proj / len(cell)
+            sq = np.zeros(n_items)
+            noise = np.zeros(n_items)
+            for start in range(0, len(cell), chunk):  # (chunk, N) at a time
+                ii, jj = i[start : start + chunk], j[start : start + chunk]
+                dr = resid[ii] - resid[jj]
+                sq += (dr * dr).sum(axis=0)
+                noise += (pq[ii] + pq[jj]).sum(axis=0)
+            diag[g, b] = (sq - noise) / len(cell) - ((basis @ cov_v) * basis).sum(axis=1)
+            cov[g, b] = cov_v * inv[:, None] * inv[None, :]  # in the factor's coordinates
+            dof[g, b] = min(len(cell), len(np.unique(np.concatenate([i, j]))))
+            centre[g, b] = float(np.median(gap[cell]))
+            filled[g, b] = True
+    groups_filled = filled.any(axis=1)
+    if not groups_filled.any():  # too few pairs anywhere: independent llms, as before
+        cov[:] = 2.0 * np.diag(np.where(sigma > 0, 1.0, 0.0))
+        diag[:] = 2.0 * (np.sum(resid * resid, axis=0) - pq.sum(axis=0)) / n_llms - 2.0 * (
+            factor * factor
+        ).sum(axis=1)
+        dof[:] = n_llms
+        filled[:] = True
+        groups_filled[:] = True
+    for g in range(n_groups):  # empty cells copy the nearest band, then the nearest group
+        src = (
+            g
+            if groups_filled[g]
+            else int(np.argmin(np.where(groups_filled, np.abs(np.arange(n_groups) - g), n_groups)))
+        )
+        have = np.flatnonzero(filled[src])
+        for b in range(n_bands):
+            if filled[g, b]:
+                continue
+            near = have[np.argmin(np.abs(have - b))]
+            cov[g, b], diag[g, b], dof[g, b] = cov[src, near], diag[src, near], dof[src, near]
+    centres = np.array(
+        [
+            np.median(expected[(expected >= acc_edges[g]) & (expected <= acc_edges[g + 1])])
+            for g in range(n_groups)
+        ]
+    )
+    return {
+        "pair_accuracy": centres,
+        "pair_gap": centre,
+        "pair_cov": cov,
+        "pair_diag": diag,
+        "pair_dof": dof,
+    }
 
 
 def _score_weights(prob: np.ndarray, slope: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

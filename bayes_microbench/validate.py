@@ -87,7 +87,9 @@ class ValidationResult:
     predicted MDAD (``predicted``) and the posterior band of the design's MDAD
     (``lower``, ``upper``), the band of the MDAD a study of the held-out llms'
     count would measure (``study_lower``, ``study_upper``: the curve's
-    uncertainty and which llms the study holds), realized MDAD by the study's
+    uncertainty and which llms the study holds) and the share of those simulated
+    studies within 1 point of ``predicted`` (``study_within_one``: how often even
+    a right prediction lands within a point), realized MDAD by the study's
     first-crossing rule and from the isotonic fit of the pairs (points; ``inf``
     where not reached), ``inside`` (the realized MDAD within the study band)
     and ``inside_curve_band`` (within the posterior band). ``fits``: one row per
@@ -215,6 +217,14 @@ def _weighted_estimate(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     total = w.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, (w * np.nan_to_num(values)).sum(axis=1) / total, np.nan)
+
+
+def _share_within(values: np.ndarray, point: float, tol: float) -> float:
+    """Share of ``values`` within ``tol`` of ``point`` (an ``inf`` matches an ``inf``)."""
+    both_inf = np.isinf(values) & np.isinf(point)
+    with np.errstate(invalid="ignore"):
+        close = np.abs(values - point) <= tol
+    return float(np.mean(both_inf | close))
 
 
 def _pairs(truth: np.ndarray, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -377,6 +387,7 @@ def validate(
                 band = curves["mdad_interval"].isel(n_items=0).to_numpy()
                 study = curves["mdad_study_interval"].isel(n_items=0).to_numpy()
                 point = float(curves["mdad"].isel(n_items=0))
+                studies = curves["mdad_study_draws"].isel(n_items=0).to_numpy().ravel()
                 mdad_rows.append(
                     {
                         "split": split,
@@ -389,6 +400,7 @@ def validate(
                         "realized_isotonic": float(smooth),
                         "study_lower": float(study[0]),
                         "study_upper": float(study[1]),
+                        "study_within_one": _share_within(studies, point, 1.0),
                         "inside": bool(study[0] <= realized <= study[1]),
                         "inside_curve_band": bool(band[0] <= realized <= band[1]),
                         "n_pairs": int(diff.size),
