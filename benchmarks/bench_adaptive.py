@@ -37,6 +37,8 @@ from _report import MATRICES, commit, load_results, machine, update_results, wri
 
 RESULTS = Path(__file__).parent / "results" / "adaptive.json"
 RULES = ("goal", "fisher", "random")
+#: sizes of the static bayes-ranking subsets set beside the rank goal
+STATIC_SIZES = (25, 50, 100, 150)
 
 
 def _answers(resp: Any, k: int) -> dict[str, int]:
@@ -116,15 +118,11 @@ def replay_split(
             )
         print(f"  accuracy/{rule}: {time.perf_counter() - t0:.0f} s", flush=True)
     # rank: each held-out llm against another held-out llm 1-5 points apart
-    for rule in ("goal", "random"):
+    pairs = rank_pairs(truth, min(held.n_llms, replay_llms), split)
+    for rule in RULES:
         t0 = time.perf_counter()
         s = Settings(goal="rank", prob=0.95, budget=budget, minimum=5, rule=rule, seed=split)
-        for k in range(min(held.n_llms, replay_llms)):
-            gaps = np.abs(truth - truth[k])
-            ok = np.nonzero((gaps >= 0.01) & (gaps <= 0.05))[0]
-            if len(ok) == 0:
-                continue
-            r = int(np.random.default_rng([split, k]).choice(ok))
+        for k, r in pairs:
             ref = Reference(str(held.llms[r]), _answers(held, r))
             final, _ = run_replay(
                 lambda av, s=s, ref=ref: AdaptiveState(
@@ -153,6 +151,9 @@ def replay_split(
                 }
             )
         print(f"  rank/{rule}: {time.perf_counter() - t0:.0f} s", flush=True)
+    t0 = time.perf_counter()
+    static = static_ranking(post, misfit, held, truth, pairs, max_draws, split)
+    print(f"  rank/static bayes-ranking: {time.perf_counter() - t0:.0f} s", flush=True)
     return {
         "split": split,
         "n_train": len(train_idx),
@@ -161,7 +162,63 @@ def replay_split(
         "converged": fitted.converged,
         "target_width": width,
         "runs": runs,
+        "static": static,
     }
+
+
+def rank_pairs(truth: np.ndarray, n: int, split: int) -> list[tuple[int, int]]:
+    """Each of the first ``n`` held-out llms with a held-out reference 1-5 points apart."""
+    pairs = []
+    for k in range(n):
+        gaps = np.abs(truth - truth[k])
+        ok = np.nonzero((gaps >= 0.01) & (gaps <= 0.05))[0]
+        if len(ok):
+            pairs.append((k, int(np.random.default_rng([split, k]).choice(ok))))
+    return pairs
+
+
+def static_ranking(
+    post: Any,
+    misfit: Any,
+    held: Any,
+    truth: np.ndarray,
+    pairs: list[tuple[int, int]],
+    max_draws: int,
+    split: int,
+) -> list[dict[str, Any]]:
+    """Decision accuracy of fixed ``bayes-ranking`` subsets on the rank goal's pairs.
+
+    Per size, the subset ``select`` would give; each llm answers it, the reference
+    answers in full (as in the adaptive runs), and the decision is forced at the
+    subset's end: ``above`` when P(llm above reference) >= 0.5. Why: the issue sets
+    the adaptive rule's items against the static subset of the same decision accuracy.
+    """
+    from bayes_microbench.adaptive import AdaptiveState, Reference, Settings
+    from bayes_microbench.design import select_from_posterior
+
+    rows = []
+    for n in STATIC_SIZES:
+        if n > held.n_items:
+            continue
+        items = select_from_posterior(post, "bayes-ranking", n, random_seed=split)[0]
+        s = Settings(goal="rank", prob=0.95, budget=n, minimum=0, seed=split)
+        correct = []
+        for k, r in pairs:
+            ans = _answers(held, k)
+            seen = [i for i in items if i in ans]
+            st = AdaptiveState(
+                post,
+                settings=s,
+                misfit=misfit,
+                reference=Reference(str(held.llms[r]), _answers(held, r)),
+                available=seen,
+                max_draws=max_draws,
+            )
+            st.record({i: ans[i] for i in seen})
+            above = st.state()["p_above"] >= 0.5
+            correct.append(bool(above == (truth[k] > truth[r])))
+        rows.append({"n": n, "pairs": len(correct), "correct": float(np.mean(correct))})
+    return rows
 
 
 def choice_cost(n_items: int = 12000, repeats: int = 5) -> dict[str, Any]:
@@ -330,11 +387,44 @@ def replay_lines(run: dict[str, Any]) -> list[str]:
                 f"| {goal} | {rule} | {len(rs)} | {used.mean():.1f} | {np.median(used):.0f} | "
                 f"{len(stopped) / len(rs):.2f} | {cov} | {dec} |"
             )
+    lines += static_lines(run, runs)
     if "replay_commit" in run:
         lines += ["", f"Replays run at commit {run['replay_commit']}."]
     widths = ", ".join(f"{sp['target_width'] * 100:.1f}" for sp in run["splits"])
     lines += ["", f"Target widths per split (points): {widths}.", ""]
     return lines
+
+
+def static_lines(run: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
+    """The static bayes-ranking subsets beside the rank goal (runs before them: none)."""
+    static = [row for sp in run["splits"] for row in sp.get("static", [])]
+    if not static:
+        return []
+    acc = {}
+    for n in sorted({row["n"] for row in static}):
+        rows = [row for row in static if row["n"] == n]
+        pairs = sum(row["pairs"] for row in rows)
+        acc[n] = sum(row["correct"] * row["pairs"] for row in rows) / max(pairs, 1)
+    stopped = [
+        r for r in runs if r["goal"] == "rank" and r["rule"] == "goal" and r["stopped"] == "goal"
+    ]
+    goal_rows = [r for r in runs if r["goal"] == "rank" and r["rule"] == "goal"]
+    target = float(np.mean([r["correct"] for r in stopped])) if stopped else float("nan")
+    match = [n for n, a in acc.items() if a >= target]
+    same = (
+        f"the smallest static subset as accurate is **{match[0]} items**"
+        if match
+        else f"no static subset up to {max(acc)} items is as accurate"
+    )
+    return [
+        "",
+        "Static `bayes-ranking` subsets on the same pairs (the llm answers the subset, the "
+        "reference its full row, the decision forced at the end): share of correct decisions "
+        + ", ".join(f"n = {n}: {a:.3f}" for n, a in acc.items())
+        + f". The rank goal's rule decided {target:.3f} correctly among its stopped runs, "
+        f"{np.mean([r['items_used'] for r in goal_rows]):.1f} items on average over all its "
+        f"runs; {same}.",
+    ]
 
 
 def body(saved: dict[str, Any]) -> str:
