@@ -169,6 +169,18 @@ def mini_choice():
 
 
 @task
+def mini_multi():
+    samples = [
+        Sample(id=f"m{i}", input=f"Question {i}? Pick every right one.",
+               choices=["red", "green", "blue", "pink"],
+               target=["A", "C"] if i % 2 == 0 else ["B"])
+        for i in range(4)
+    ]
+    return Task(dataset=MemoryDataset(samples), solver=multiple_choice(multiple_correct=True),
+                scorer=choice())
+
+
+@task
 def mini_match():
     samples = [
         Sample(id=i, input=f"Say something {i}", target="A")
@@ -377,6 +389,7 @@ def make_fixtures(out: Path, lm_python: Path | None, inspect_python: Path | None
             target.mkdir(parents=True)
             runs: list[tuple[str, str, dict[str, object]]] = [
                 ("choice.eval", "mini_choice", {}),
+                ("multi.eval", "mini_multi", {}),
                 ("match_epochs.eval", "mini_match", {"epochs": 2}),
                 ("partial.json", "mini_partial", {"log_format": "json"}),
                 ("unscored.eval", "mini_choice", {"score": False}),

@@ -78,6 +78,18 @@ def test_current_eval_logs_are_zstd_and_import():
     assert list(resp.select(items=items).n_options) == [3, 3, 3, 3]
 
 
+def test_several_correct_options_get_no_guessing_floor(caplog):
+    # mini_multi: multiple_choice(multiple_correct=True); even samples have targets
+    # ["A", "C"], odd ones ["B"] alone; mockllm answers "A" to even questions
+    with caplog.at_level(logging.INFO, logger="bayes_microbench.importers"):
+        resp = import_responses("inspect", [INSPECT / "multi.eval"])
+    items = [f"mini_multi:m{i}" for i in range(4)]
+    sub = resp.select(items=items)
+    np.testing.assert_array_equal(sub.values, [[0, 0, 0, 0]])
+    assert list(sub.n_options) == [0, 4, 0, 4]
+    assert "2 sample(s) have several correct options" in caplog.text
+
+
 def test_two_epochs_need_a_choice_and_each_imports():
     log = INSPECT / "match_epochs.eval"
     with pytest.raises(HarnessLogError, match=r"2 epochs \[1, 2\]; choose one with epoch=N$"):
@@ -312,45 +324,67 @@ def _flat_posterior(items: list[str]):
     return posterior_from_truth(truth, n_draws=200, random_seed=0)
 
 
+def _selected(items: list[str], n: int) -> tuple[object, dict]:
+    """A flat posterior over ``items`` and the subset document ``select`` writes for it."""
+    from bayes_microbench.commands.select import subset_document
+    from bayes_microbench.design import select_from_posterior
+
+    posterior = _flat_posterior(items)
+    ids, subtasks, weights, info = select_from_posterior(posterior, "random", n, random_seed=0)
+    doc = subset_document(
+        selector="random",
+        seed=0,
+        source="flat",
+        item_ids=ids,
+        subtasks=subtasks,
+        weights=weights,
+        info=info,
+    )
+    return posterior, doc
+
+
 @pytest.mark.harness
-def test_lm_eval_round_trip_of_chosen_items(tmp_path):
+def test_lm_eval_round_trip_of_selected_items(tmp_path):
     from bayes_microbench.scoring import score
 
     python = _python("lm_eval")
     script = _script()
     tasks = script.write_lm_eval_tasks(tmp_path / "tasks")
-    chosen = {"mini_mc": [1, 4], "mini_gen": [0, 3]}
+    everything = [f"mini_mc:{i}" for i in range(6)] + [f"mini_gen:{i}" for i in range(4)]
+    posterior, doc = _selected(everything, 8)
+    chosen = doc["lm_eval_samples"]  # what the README passes to lm_eval --samples
+    assert set(chosen) == {"mini_mc", "mini_gen"}  # 8 of 10 items: both tasks
     script.run_lm_eval(python, tasks, tmp_path / "out", list(chosen), samples=chosen)
     resp = import_responses("lm-eval", [tmp_path / "out"])
-    wanted = sorted(f"{t}:{i}" for t, ids in chosen.items() for i in ids)
-    assert sorted(resp.items) == wanted and list(resp.llms) == [script.MODEL_A]
+    assert sorted(resp.items) == sorted(doc["item_ids"]) and list(resp.llms) == [script.MODEL_A]
     # mini_gen: the dummy model always answers "lol", the target of even docs
-    np.testing.assert_array_equal(resp.select(items=["mini_gen:0", "mini_gen:3"]).values, [[1, 0]])
-    everything = [f"mini_mc:{i}" for i in range(6)] + [f"mini_gen:{i}" for i in range(4)]
-    result = score(_flat_posterior(everything), resp, random_seed=0)
-    assert int(result["n_observed"].item()) == 4
+    gen = sorted(i for i in doc["item_ids"] if i.startswith("mini_gen:"))
+    expected = [[1 - int(i.split(":")[1]) % 2 for i in gen]]
+    np.testing.assert_array_equal(resp.select(items=gen).values, expected)
+    result = score(posterior, resp, random_seed=0)
+    assert int(result["n_observed"].item()) == 8
     low, high = result["accuracy_interval"].values[0]
     assert 0.0 <= low <= high <= 1.0
 
 
 @pytest.mark.harness
-def test_inspect_round_trip_of_chosen_samples(tmp_path):
+def test_inspect_round_trip_of_selected_samples(tmp_path):
     from bayes_microbench.scoring import score
 
     python = _python("inspect_ai")
     script = _script()
     tasks = script.write_inspect_tasks(tmp_path / "tasks")
-    log = script.run_inspect(
-        python, tasks, tmp_path / "logs", "mini_choice", sample_id=["q0", "q2"]
-    )
+    posterior, doc = _selected([f"mini_choice:q{i}" for i in range(4)], 2)
+    sample_ids = [item.split(":", 1)[1] for item in doc["item_ids"]]  # inspect's --sample-id
+    log = script.run_inspect(python, tasks, tmp_path / "logs", "mini_choice", sample_id=sample_ids)
     with zipfile.ZipFile(log) as archive:
         assert 93 in {info.compress_type for info in archive.infolist()}
     resp = import_responses("inspect", [log])
-    assert sorted(resp.items) == ["mini_choice:q0", "mini_choice:q2"]
-    np.testing.assert_array_equal(
-        resp.select(items=["mini_choice:q0", "mini_choice:q2"]).values, [[1, 0]]
-    )
-    result = score(_flat_posterior([f"mini_choice:q{i}" for i in range(4)]), resp, random_seed=0)
+    assert sorted(resp.items) == sorted(doc["item_ids"])
+    # mockllm answers "A" to even-numbered questions; the target of q0 is A, of q2 C
+    expected = [[1 if item == "mini_choice:q0" else 0 for item in sorted(doc["item_ids"])]]
+    np.testing.assert_array_equal(resp.select(items=sorted(doc["item_ids"])).values, expected)
+    result = score(posterior, resp, random_seed=0)
     assert int(result["n_observed"].item()) == 2
 
 
@@ -364,6 +398,8 @@ def test_regenerated_fixtures_import_as_the_committed_ones(tmp_path):
         ("lm-eval", "lm_eval/out", {"metric": METRICS, "threshold": 0.5}),
         ("lm-eval", "lm_eval/json_output", {}),
         ("inspect", "inspect/choice.eval", {}),
+        ("inspect", "inspect/multi.eval", {}),
+        ("inspect", "inspect/match_epochs.eval", {"epoch": 1}),
         ("inspect", "inspect/partial.json", {"threshold": 0.5}),
     ]:
         new = read_harness(fmt, [fresh / sub], **kwargs).drop(columns="source")

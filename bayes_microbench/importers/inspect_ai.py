@@ -340,6 +340,7 @@ def _log_rows(path: Path, log: _Log, opts: ImportOptions) -> Iterator[dict[str, 
     else:
         epoch = epochs[0]
     chosen: tuple[str, str | None] | None = None
+    multi = 0
     for sample in samples:
         if _epoch(sample, path) != epoch:
             continue
@@ -353,6 +354,10 @@ def _log_rows(path: Path, log: _Log, opts: ImportOptions) -> Iterator[dict[str, 
             correct, shown = _score_value(scores, chosen, where=where, llm=llm, item=item)
         choices = sample.get("choices")
         n_options = len(choices) if isinstance(choices, list) and len(choices) >= 2 else 0
+        if n_options and _several_targets(sample):
+            # several correct options: 1 / n is no chance floor, so no n_options
+            n_options = 0
+            multi += 1
         yield {
             "llm": llm.strip(),
             "item": item,
@@ -365,6 +370,17 @@ def _log_rows(path: Path, log: _Log, opts: ImportOptions) -> Iterator[dict[str, 
             "metric": _scorer_name(chosen),
             "shown": shown,
         }
+    if multi:
+        note(
+            f"{path}: {multi} sample(s) have several correct options; they get no "
+            "n_options (1 / options is no guessing floor there)"
+        )
+
+
+def _several_targets(sample: dict[str, Any]) -> bool:
+    """A list ``target`` of more than one answer: several options are correct."""
+    target = sample.get("target")
+    return isinstance(target, list) and len(target) > 1
 
 
 def _scorer_name(chosen: tuple[str, str | None] | None) -> str:
