@@ -2,7 +2,7 @@
 
 Run from the repository root (under ``flock /tmp/briefs/cpu.lock`` on a shared machine)::
 
-    .venv/bin/python -m bayes_microbench.irt.build_models              # every artifact
+    .venv/bin/python -m bayes_microbench.irt.build_models              # every artifact, with LOO
     .venv/bin/python -m bayes_microbench.irt.build_models --only musr  # one (name or key)
     .venv/bin/python -m bayes_microbench.irt.build_models --calibrate  # calibration only
 
@@ -752,7 +752,28 @@ draws), best first:
 | model | elpd_loo | SE | elpd_diff | dse | cells k > 0.7 | converged |
 |---|---|---|---|---|---|---|
 {body}
-"""
+{_pareto_note(rows)}"""
+
+
+def _pareto_note(rows: list[dict[str, Any]]) -> str:
+    """A line on the cells where PSIS is unreliable (Pareto k > 0.7), when there are any."""
+    worst = max(rows, key=lambda r: r["cells_pareto_k_over_0.7"])
+    bad, cells = worst["cells_pareto_k_over_0.7"], worst.get("cells")
+    if not bad or not cells:
+        return ""
+    # the runner-up's gap to the best, in standard errors of the difference
+    gaps = [abs(r["elpd_diff"]) / r["dse"] for r in rows if r["elpd_diff"] and r["dse"] > 0]
+    verdict = (
+        f"the runner-up trails by {min(gaps):.0f} standard errors, so the ranking stands"
+        if gaps and min(gaps) > 10.0
+        else "the ranking is indicative only; K-fold cross-validation would settle it"
+    )
+    return (
+        f"\nPareto k > 0.7 in {bad} of {cells} cells ({100 * bad / cells:.1f}%, the "
+        f"{worst['model']}): PSIS-LOO is unreliable in those cells (answers so influential "
+        f"that leaving one out moves the posterior further than importance sampling can "
+        f"follow); {verdict}.\n"
+    )
 
 
 def calibrate_artifact(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
@@ -838,8 +859,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--loo",
-        action="store_true",
-        help="also fit the default 1PL and compare the two by PSIS-LOO in the card",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also fit the default 1PL and compare the two by PSIS-LOO in the card "
+        "(the default; --no-loo skips it)",
     )
     parser.add_argument(
         "--cards",
