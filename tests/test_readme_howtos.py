@@ -1,7 +1,8 @@
 """Every how-to in README.md runs as written.
 
 A runnable block is the fenced ``bash`` or ``python`` block right after a
-``<!-- howto: NAME [slow] -->`` comment; the blocks of one NAME run in order in
+``<!-- howto: NAME [long] -->`` comment (``long``: the
+long tier, which ``.ci/run`` runs after the default suite); the blocks of one NAME run in order in
 one fresh folder, which sits beside a link to the real ``../shared`` (so that
 ``../shared/data/...`` resolves as it does from the repository root), with the
 project's ``.venv/bin`` first on PATH, ``models/`` found as in a checkout. Blocks
@@ -23,18 +24,18 @@ import pytest
 from .conftest import ROOT, SHARED_DATA
 
 README = ROOT / "README.md"
-MARK = re.compile(r"<!-- howto: (?P<name>[\w-]+)(?P<slow> slow)? -->\n```(?P<lang>\w+)\n")
+MARK = re.compile(r"<!-- howto: (?P<name>[\w-]+)(?P<long> long)? -->\n```(?P<lang>\w+)\n")
 
 
 def howtos() -> dict[str, tuple[bool, list[tuple[str, str]]]]:
-    """README's runnable blocks by how-to name: (slow, [(language, code), ...])."""
+    """README's runnable blocks by how-to name: (long, [(language, code), ...])."""
     text = README.read_text()
     found: dict[str, tuple[bool, list[tuple[str, str]]]] = {}
     for m in MARK.finditer(text):
         end = text.index("\n```", m.end() - 1)
         code = text[m.end() : end + 1]
-        slow, blocks = found.get(m["name"], (False, []))
-        found[m["name"]] = (slow or bool(m["slow"]), [*blocks, (m["lang"], code)])
+        long, blocks = found.get(m["name"], (False, []))
+        found[m["name"]] = (long or bool(m["long"]), [*blocks, (m["lang"], code)])
     return found
 
 
@@ -58,8 +59,8 @@ def test_readme_has_the_howtos():
 
 
 def _params():
-    for name, (slow, _) in HOWTOS.items():
-        marks = [pytest.mark.slow] if slow else []
+    for name, (long, _) in HOWTOS.items():
+        marks = [pytest.mark.long] if long else []
         yield pytest.param(name, marks=marks, id=name)
 
 
