@@ -207,12 +207,17 @@ def _joint_mode(
     x0 = np.concatenate([theta0, np.log(p_item / (1 - p_item)), np.zeros(n_i)])
 
     def cells(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per-cell log-likelihood and its derivative in ``eta``."""
+        """Per-cell log-likelihood and its derivative in ``eta``.
+
+        A fused value and gradient, so partly inline: for ``c = 0`` one ``exp`` serves
+        both; for ``c > 0`` the sigmoid is :func:`response_model.prob`'s and the floor is
+        applied to it here, since the gradient needs the sigmoid as well.
+        """
         if c == 0.0:
             e = np.exp(-np.abs(eta))
             s = np.where(eta >= 0, 1.0, e) / (1.0 + e)
             return yy * eta - (np.maximum(eta, 0.0) + np.log1p(e)), yy - s
-        s = 0.5 + 0.5 * np.tanh(0.5 * eta)
+        s = response_model.prob(eta)
         p = np.clip(c + (1 - c) * s, 1e-12, 1 - 1e-12)
         ll = yy * np.log(p) + (1 - yy) * np.log1p(-p)
         return ll, (yy - p) / (p * (1 - p)) * (1 - c) * s * (1 - s)
