@@ -246,8 +246,8 @@ def _joint_mode(
         )
         return -lp, -grad
 
-    # one BLAS thread: on a loaded 2-core machine threaded BLAS made L-BFGS-B's own
-    # vector work 10-25x slower (measured on 28 x 6016 and 50 x 2874 sources)
+    # one BLAS thread: threaded BLAS slows L-BFGS-B's own vector work on a loaded
+    # machine (measured: docs/decisions/0008-evaluate-tasks-and-where-they-run.md)
     with single_blas_thread():
         res = minimize(
             fun, x0, jac=True, method="L-BFGS-B", options={"maxiter": 1500, "ftol": 1e-8}
