@@ -6,67 +6,29 @@ how likely does the micro-benchmark rank them the same way?
 
 Definitions (the study's, made explicit)
 ----------------------------------------
-* The full benchmark is the item set ``B`` (``N`` items; by default every item
-  of the posterior). A pair's *gap* is the absolute difference of the two
-  llms' **realized** accuracies on ``B`` (as in the study, which bins pairs
-  by their realized seen-set accuracy difference), in points (0-100).
-* A design picks ``n`` items of ``B`` with weights ``w`` (uniform for
-  plain subsets); its estimate of an llm is ``sum_i w_i y_i``. It ranks a
-  pair correctly when the sign of the estimated difference equals the sign
-  of the full-benchmark difference; an estimated difference of exactly 0
-  counts as wrong (as in the study).
-* ``P(correct | δ, design)`` averages over pairs of llms whose abilities
-  come from the population ``Normal(0, 1)`` conditioned on their realized
-  full gap being ``δ``, and over their responses, under one posterior draw of
-  the item parameters. Across draws this gives a posterior distribution of
-  the curve: its mean is the posterior-predictive curve, its quantiles the
-  credible band. For a **random** design each draw also gets its own random
-  subset (nested across sizes), so the band includes the subset's randomness.
-  With a fitted population (the default where the posterior carries one), the
-  pairs come from the fitted llms, each pair's estimate strays by the misfit
-  that pairs of fitted llms of its accuracy and gap show (the population's pair
-  tables), and each draw takes its own bootstrap weighting of those llms and its
-  own value of the misfit within its sampling error, so that the band carries
-  the population's and the misfit's uncertainty beside the items'
-  (docs/decisions/0034-design-pairs-share-their-misfit.md).
+* The full benchmark is the item set ``B`` (by default every item of the
+  posterior). A pair's *gap* is the absolute difference of the two llms'
+  **realized** accuracies on ``B``, in points (0-100), as the study bins its pairs.
+* A design picks ``n`` items of ``B`` with weights ``w``; its estimate of an llm
+  is ``sum_i w_i y_i``. It ranks a pair correctly when the estimated difference
+  has the sign of the full-benchmark difference (an estimated 0 is wrong).
+* ``P(correct | δ, design)`` averages over pairs of realized gap ``δ`` and their
+  responses, under one posterior draw of the item parameters; across draws its
+  mean is the posterior-predictive curve, its quantiles the credible band. The
+  pairs come from the fitted population with its misfit where the posterior
+  carries one (docs/decisions/0034-design-pairs-share-their-misfit.md), else
+  from ``Normal(0, 1)``.
 * **MDAD** = the smallest gap on the grid (0-30 points in steps of 0.5 by
-  default) at which the curve reaches the threshold (0.8). Curves are made
-  monotone in the gap by construction (running maximum), so "smallest gap"
-  is well defined. The point value comes from the posterior-mean curve; the
-  credible interval from the per-draw MDADs (``inf`` where a draw never
-  reaches the threshold within the grid).
+  default) at which the curve, monotone by construction, reaches the threshold
+  (0.8): the point from the posterior-mean curve, the interval from the
+  per-draw MDADs (``inf`` where a draw never reaches it).
 
-Computation
------------
-Given a draw and the two abilities, the per-item response differences are
-independent, so the subset estimate difference ``D_S`` and the full
-difference ``D_B`` are sums of independent terms with closed-form means,
-variances and covariance (they separate into per-llm sums over the items:
-``sum w_i p_i(θ)``, ``sum w_i^2 p_i(1 - p_i)``, ...). Conditioning the
-bivariate normal approximation of ``(D_S, D_B)`` on ``D_B = δ`` gives
-``P(D_S > 1/(2n))`` (a continuity correction: on a uniform ``n``-item subset
-``D_S`` moves in steps of ``1/n`` and a tie is wrong). The pair of abilities
-is integrated out by quadrature: Gauss-Hermite nodes for the better llm's
-ability, and for the other llm nodes in its *expected gap* around ``δ``,
-mapped back to an ability by inverting the (monotone) expected-accuracy
-curve of the draw. Everything is vectorized over draws, ability nodes, gaps
-and designs (chunked over draws to bound memory); no Python loop runs per
-draw, pair, gap or size. :func:`_reference_curves_loop` is the same
-computation written as a plain per-draw loop (for tests and the benchmark).
-
-Designs
--------
-``random`` (sizes ``n``), a fixed ``subset`` of item ids, or any registered
-selector. A selector is applied to *source responses*: by default a
-posterior-predictive population (``n_source`` llms with abilities from the
-population and item parameters from posterior draws), or real responses
-passed as ``source=`` (e.g. the data the posterior was fitted on). Selectors
-are re-run for ``n_replicates`` seeds (and simulated populations); draw ``s``
-uses replicate ``s mod n_replicates``, so the band carries the selection's
-randomness too. The estimator evaluated is the selection's weighted mean
-(``Selection.weights``); the Bayesian selectors set the weights of their
-posterior-mean estimator linearized at the population centre (see
-:func:`bayes_microbench.selectors.bayes_fisher.linearized_weights`).
+Designs: ``random`` (sizes ``n``), a fixed ``subset`` of item ids, or any
+registered selector run on source responses, evaluated as the selection's
+weighted mean. How the curves are computed (a bivariate normal approximation
+integrated by quadrature, vectorized over draws, nodes, gaps and designs;
+:func:`_reference_curves_loop` is the plain per-draw loop) and the designs in
+full: docs/engine.md, "Design: P(correct ranking) from the posterior".
 """
 
 from __future__ import annotations

@@ -23,23 +23,15 @@ ranked correctly, Kendall's tau-b between estimates and seen (and unseen)
 accuracies, the mean absolute estimation error, and MDAD
 (:mod:`bayes_microbench.mdad`).
 
-Departures from the study's script, both for paired, reproducible grids:
+Two departures from the study's script, for paired, reproducible grids: each
+run's targets, item split and source order are fixed across source counts, and
+every random stream is keyed by what it serves, so a cell's numbers do not depend
+on the rest of the grid. Why: docs/decisions/0004-evaluate-cells-record-their-settings.md.
 
-- the study redraws targets and sources for every source count; here each
-  run's targets, item split and source *order* are fixed, so the sources of
-  a smaller count are a subset of those of a larger one (common random
-  numbers: cells differ only in what they vary);
-- every random stream is derived from the seed with
-  :class:`numpy.random.SeedSequence` keyed by what it serves (run; selector,
-  source count, run; size), so a cell's numbers do not depend on which other
-  selectors, sizes or source counts are in the grid, nor on their order.
-
-Everything is vectorized with numpy over runs, targets and pairs; the only
-Python loops are over cells and runs (one selector call each).
-
-Where the random selector is in the grid and the data are complete, the grid
-adds ``random-analytic`` rows: the same runs' pairs with the item sampling
-integrated out exactly (:mod:`bayes_microbench.analytic`).
+Vectorized with numpy over runs, targets and pairs; the only Python loops are over
+cells and runs (one selector call each). Where the random selector is in the grid and
+the data are complete, the grid adds ``random-analytic`` rows: the same runs' pairs
+with the item sampling integrated out exactly (:mod:`bayes_microbench.analytic`).
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def time_gradient(im: Any) -> dict[str, Any]:
 
     from bayes_microbench.irt._chains import compile_for_nutpie
 
-    param = im.auto_parameterization("nuts")  # the model fit("nuts") samples
+    param = im.policy("nuts").parameterization  # the model fit("nuts") samples
     with pytensor.config.change_flags(floatX="float32"):
         model = im.build_model(parameterization=param, float32=True)
         point = model.initial_point(0)

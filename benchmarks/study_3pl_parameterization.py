@@ -218,7 +218,7 @@ items win and take fewer leapfrog steps: `gpqa-like-strong` bulk ESS 261 and 413
 against 151 and 154 (15 against 26-29 steps per draw), `mmlu-pro-like` R-hat 1.0117
 and bulk ESS 1071 against 1.084 and 32. So `fit(parameterization="auto")` samples a
 lognormal 3PL with fixed floors non-centered where the median slope sd exceeds
-`WEAK_SLOPE_SD` = 0.24 (`IRTModel.weak_slopes`). The truncated-normal prior
+`WEAK_SLOPE_SD` = 0.24 (`policy.weak_slopes`). The truncated-normal prior
 (centered) was worst on `gpqa-like` (R-hat 1.19, 193 divergences, 153 steps per
 draw), so an unconverged fit there does not suggest it. GPQA's real matrix goes the
 other way: the centered items mixed better (R-hat 1.027 and 1.042 against 1.14 and

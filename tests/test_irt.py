@@ -203,6 +203,8 @@ def test_3pl_guessing_fixed_from_n_options_and_learned_when_unknown():
 
 
 def test_items_answered_below_their_fixed_floor_are_named(caplog):
+    from bayes_microbench.irt.policy import floor_misfit
+
     rng = np.random.default_rng(0)
     n = 200
     values = (rng.random((n, 5)) < [0.6, 0.3, 0.0, 0.0, 0.0]).astype(float)
@@ -218,17 +220,19 @@ def test_items_answered_below_their_fixed_floor_are_named(caplog):
     assert model.data.notes["items_far_below_floor"] == ["i3", "i4"]
     assert "items below their guessing floor: 3 of 5 items" in caplog.text
     assert "2 of them beyond chance" in caplog.text
-    assert "allows: 3 (2 beyond chance;" in model.floor_misfit
+    assert "allows: 3 (2 beyond chance;" in floor_misfit(model.data, model.config)
     # a floor of 0.1 is not contradicted by 15% correct; learned floors and the 2PL have none
     assert IRTModel(resp, "3pl", config={"n_options": 10}).data.notes["items_below_floor"] == ["i4"]
     no_k = Responses.from_arrays(values, resp.llms, resp.items)
     assert "items_below_floor" not in IRTModel(no_k, "3pl").data.notes
     two_pl = IRTModel(resp, "2pl")
-    assert "items_below_floor" not in two_pl.data.notes and two_pl.floor_misfit == ""
+    assert "items_below_floor" not in two_pl.data.notes
+    assert floor_misfit(two_pl.data, two_pl.config) == ""
     # a 3PL that fits: the chance-level test names an item, the Bonferroni test none
     fits = IRTModel(simulate_responses("gpqa", random_seed=1), "3pl")
     assert len(fits.data.notes["items_below_floor"]) == 2
-    assert "items_far_below_floor" not in fits.data.notes and fits.floor_misfit == ""
+    assert "items_far_below_floor" not in fits.data.notes
+    assert floor_misfit(fits.data, fits.config) == ""
     assert "none beyond chance" in caplog.text
 
 
@@ -242,7 +246,7 @@ def test_truncated_normal_is_suggested_only_where_it_was_measured_to_help():
     def helps(resp, model="2pl", prior="lognormal", method="nuts"):
         fit = IRTModel(resp, model, config={"discrimination_prior": prior})
         fit.sampler = SamplerConfig(method=method)
-        return fit.truncated_normal_may_help
+        return fit.policy().truncated_normal_may_help
 
     assert helps(big) and helps(big, model="3pl")
     assert not helps(big, prior="truncated-normal")
@@ -281,33 +285,40 @@ def test_slope_sd_shrinks_with_llms_and_grows_near_the_floor():
 
 
 def test_auto_samples_weakly_informed_3pl_items_non_centered():
-    from bayes_microbench.irt.policy import WEAK_SLOPE_SD
+    from bayes_microbench.irt.policy import WEAK_SLOPE_SD, choose, floor_misfit, weak_slopes
+
+    def weak(model):
+        return weak_slopes(model.data, model.config)
+
+    def auto(model, method):
+        """The parameterization ``model.fit(method, parameterization="auto")`` samples in."""
+        return choose(model.data, model.config, method).parameterization
 
     # the simulator's GPQA preset: accuracy 0.3 over a 0.25 floor
     hard = simulate_responses("gpqa", random_seed=0)
     fit = IRTModel(hard, "3pl")
-    assert fit.weak_slopes and fit.auto_parameterization("nuts") == "decoupled-nc"
-    assert fit.auto_parameterization("advi") == "non-centered"
+    assert weak(fit) and auto(fit, "nuts") == "decoupled-nc"
+    assert auto(fit, "advi") == "non-centered"
     # an unconverged fit of it is not sent to the centered items (worse there) nor
     # to the truncated normal (centered: worse too)
     fit.parameterization = "decoupled-nc"
-    assert fit.convergence_hint("truncated normal", "centered items") == ""
+    assert fit.policy().remedy == ""
     # abilities shifted up: the slopes are informed, the items centered
     strong = simulate_responses("gpqa", ability_mean=1.5, random_seed=0)
-    assert IRTModel(strong, "3pl").auto_parameterization("nuts") == "decoupled"
+    assert auto(IRTModel(strong, "3pl"), "nuts") == "decoupled"
     # the other priors and models keep the centered items at 420 llms
-    assert IRTModel(hard, "2pl").auto_parameterization("nuts") == "decoupled"
+    assert auto(IRTModel(hard, "2pl"), "nuts") == "decoupled"
     tn = IRTModel(hard, "3pl", config={"discrimination_prior": "truncated-normal"})
-    assert not tn.weak_slopes and tn.auto_parameterization("nuts") == "decoupled"
+    assert not weak(tn) and auto(tn, "nuts") == "decoupled"
     learned = Responses.from_arrays(hard.values, hard.llms, hard.items)  # no K: floors learned
-    assert not IRTModel(learned, "3pl").weak_slopes
+    assert not weak(IRTModel(learned, "3pl"))
     # items below their floor (as on GPQA): the centered form mixed better there
     values = hard.values.copy()
     values[:, :20] = 0.0
     misfit = Responses.from_arrays(values, hard.llms, hard.items, n_options=hard.n_options)
     model = IRTModel(misfit, "3pl")
-    assert model.floor_misfit and not model.weak_slopes
-    assert model.auto_parameterization("nuts") == "decoupled"
+    assert floor_misfit(model.data, model.config) and not weak(model)
+    assert auto(model, "nuts") == "decoupled"
     assert 0.0 < WEAK_SLOPE_SD < 1.0
 
 
@@ -352,8 +363,9 @@ def test_an_unconverged_decoupled_nc_fit_names_the_centered_items(tiny):
     from bayes_microbench.irt.model import SMALL_MATRIX_HINT
 
     _, _, fit = tiny  # 40 llms: decoupled-nc, and the truncated normal is not suggested
-    assert fit.convergence_hint("truncated normal", "centered items") == "centered items"
-    assert fit.convergence_hint("truncated normal") == ""
+    policy = fit.policy()
+    assert policy.remedy == "centered-items"
+    assert not policy.truncated_normal_may_help
     assert "below 100 llms" in SMALL_MATRIX_HINT.format(centered="x")
 
 

@@ -1,53 +1,33 @@
 """lm-evaluation-harness ``--log_samples`` output.
 
-Layout
-------
-``lm_eval --output_path OUT --log_samples`` writes, per model, a folder
-``OUT/<org>__<model>/`` holding ``results_<timestamp>.json`` (aggregate
-scores and the run's configuration) and one ``samples_<task>_<timestamp>.jsonl``
-per task; ``--output_path FILE.json`` writes ``FILE_<timestamp>.json`` and the samples
-files into FILE's folder, without a model folder (Open LLM Leaderboard downloads of mid-2024
-name the samples files ``.json``: one sample per line, or a JSON list). Each sample is one JSON object per filter, with ``doc_id``,
-``doc_hash``, ``target``, ``filter``, ``filtered_resps``, ``arguments``, the
-names of the task's metrics in ``metrics`` and each metric's value under its
-own key (``acc``, ``acc_norm``, ``exact_match``, ...).
+``lm_eval --output_path OUT --log_samples`` writes, per model, ``results_<timestamp>.json``
+and one ``samples_<task>_<timestamp>.jsonl`` per task: one JSON object per sample and
+filter, with ``doc_id``, ``doc_hash``, ``target``, ``filter``, ``filtered_resps``,
+``arguments``, the task's metric names in ``metrics`` and each metric's value under its
+own key. The layouts read (model folders, ``--output_path FILE.json``, the Open LLM
+Leaderboard's ``.json`` downloads) and every rule in full: docs/harness-logs.md.
 
 What is read
 ------------
 llm
-    ``model_name`` of the results JSON beside the samples file with its timestamp
-    (``<anything>_<timestamp>.json`` holding ``results`` and ``config``), else the model
-    named in its ``config.model_args`` (``pretrained=``, ``model=``, ...). A samples file
-    without a timestamp takes the folder's one results file. Otherwise the llm is the
-    folder name with its first ``__`` read as ``/``, with a :class:`HarnessLogWarning`;
-    two runs of one task in one folder whose models no results file names are refused
-    (they may be two models). A results file naming another model than its
-    ``<org>__<model>`` folder is warned about; the results file wins.
+    ``model_name`` of the results JSON with the samples file's timestamp, else the
+    model in its ``config.model_args``; else the folder name (its first ``__`` read
+    as ``/``), with a :class:`HarnessLogWarning`.
 item
-    ``<task>:<doc_id>`` (``doc_id`` is the document's index in the task's
-    dataset split; ``--item-key doc_hash`` uses ``<task>:<doc_hash>``, the hash
-    of the document itself). Never the line order. When several runs give one
-    ``task:doc_id`` different document hashes the import stops: the runs used
-    different datasets.
+    ``<task>:<doc_id>`` (``--item-key doc_hash``: ``<task>:<doc_hash>``), never the
+    line order; runs giving one ``task:doc_id`` different document hashes stop the import.
 subtask
     The task name from the file name (``samples_<task>_<timestamp>.jsonl``).
 correct
-    The first metric of ``--metric NAME[,NAME...]`` the task logs; by default
-    the first of ``acc``, ``acc_norm``, ``exact_match``,
-    ``prompt_level_strict_acc`` the task logs. Values must be
-    0 / 1 / true / false unless ``--threshold T`` is given (which applies to
-    continuous metrics only). A metric logged as ``[gold, pred]`` pairs (``mcc``,
-    ``f1``) is correct where ``pred == gold``.
+    The first metric of ``--metric NAME[,NAME...]`` the task logs (default: the first
+    of ``acc``, ``acc_norm``, ``exact_match``, ``prompt_level_strict_acc``); 0 / 1 /
+    true / false unless ``--threshold T`` (continuous metrics only); ``[gold, pred]``
+    pairs (``mcc``, ``f1``) are correct where ``pred == gold``.
 filter
-    A task logged under several filters (e.g. ``strict-match`` and
-    ``flexible-extract``) needs ``--filter NAME`` unless one is ``none``.
+    ``--filter NAME`` where a task is logged under several filters, unless one is ``none``.
 confidence, n_options
-    For multiple-choice tasks (every request a log-likelihood), the softmax of
-    the options' log-likelihoods at the ``target`` option and the number of
-    options. The raw (not length-normalized) log-likelihoods are used, the
-    ones ``acc`` takes its argmax of. Tasks with several correct options (a list
-    ``target``, or a metric that is not 0/1 such as ``truthfulqa_mc2``'s probability
-    mass on the true options) get neither.
+    Multiple-choice tasks: the softmax of the options' raw log-likelihoods at the
+    ``target`` option, and the number of options; neither for several correct options.
 """
 
 from __future__ import annotations

@@ -114,9 +114,8 @@ ARTIFACTS: dict[str, ArtifactSpec] = {
         # samples GPQA's many near-zero discriminations far better than the
         # lognormal default (benchmarks/bench_irt_sampling.py)
         config=(("discrimination_prior", "truncated-normal"),),
-        # 2 x 1000 draws leave the worst of ~1770 R-hats at its noise floor,
-        # 1.008-1.021 over seeds 0-15 with either likelihood kernel (by hand; see
-        # benchmarks/README.md, "R-hat noise floor"); 2000 draws raise every ESS
+        # 2000 draws: 1000 leave the worst R-hat at its noise floor (measured:
+        # docs/decisions/0009-shipped-models-default-fit-and-unconverged.md)
         draws=2000,
         thin=10,
         description=_GPQA,

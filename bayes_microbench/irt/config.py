@@ -58,17 +58,10 @@ class IRTConfig:
         disc_sd[s]                 ~ HalfNormal(disc_sd_scale)
         discrimination[i]          ~ TruncatedNormal(disc_mean[s(i)], disc_sd[s(i)], lower=0)
 
-    Its density is positive at 0, where the lognormal's vanishes. Real
-    benchmarks hold many items with no discrimination (about 40% of GPQA's
-    items correlate negatively with llm accuracy); under the lognormal their
-    population stretches over orders of magnitude of tiny discriminations
-    (GPQA: log-sd 2.6), which NUTS explores slowly. On GPQA the truncated
-    normal samples with fewer leapfrog steps and a higher worst-case ESS
-    (``benchmarks/bench_irt_sampling.py``). It is opt-in: it was measured for
-    NUTS on matrices of 100 or more llms only; on 40 x 50 simulated matrices
-    it diverged in every parameterization (the non-centered one, which NUTS
-    uses below 100 llms and the approximations always use, included), so the
-    lognormal stays the default.
+    Its density is positive at 0, where the lognormal's vanishes, which suits items
+    that do not discriminate. The lognormal stays this configuration's default; the
+    default 2PL fit chooses the prior from the data (``policy.data_prior``). Why, and
+    what was measured: docs/decisions/0036-default-fit-continues-its-chains.md.
 
     The saved posterior also holds ``difficulty = -intercept / discrimination``
     so that ``logit P* = discrimination * (ability - difficulty)``.

@@ -101,14 +101,10 @@ def _worst(ds: Any, reducer: str) -> tuple[float, str]:
 # Carpenter and Buerkner 2021) for many parameters at once. The definitions are
 # ArviZ's (``azstats.rhat()``, ``azstats.ess(method="bulk" | "tail")``, tested
 # equal to them), computed on a (parameter, chain, draw) array in a few numpy
-# passes instead of one Python call per parameter: on a GPQA 2PL fit (1768
-# parameters x 2 x 1000 draws) the summary took 7.8 s through ArviZ's
-# per-parameter loop and 2.9 s this way (profiled by hand with cProfile, one run
-# each; on the 200-draw GPQA model artifact, two runs: 2.4-3.7 s vs 0.3 s).
-# Ranks are computed in numpy (:func:`_average_ranks`) rather than with
-# ``scipy.stats.rankdata``: importing ``scipy.stats`` alone took 1.1-1.4 s of
-# every fit's summary (cProfile, by hand: a 5-draw GPQA fit's summary 1.24-1.54 s
-# before, 0.12 s after).
+# passes instead of one Python call per parameter, with ranks in numpy
+# (:func:`_average_ranks`) rather than ``scipy.stats.rankdata``. Why: every fit's
+# summary several times faster (measured: "Measurements" in
+# docs/decisions/0006-default-fit-draws-and-checked-parameters.md).
 
 
 def _split_chains(x: np.ndarray) -> np.ndarray:

@@ -137,61 +137,17 @@ class IRTModel:
             asked = self.parameterization or "auto"
         else:
             asked = "auto"
-        return choose(self.data, self.config, method, parameterization=asked, weak=self.weak_slopes)
-
-    @property
-    def floor_misfit(self) -> str:
-        """Why a fixed-floor 3PL may fail here, in one clause ("" when it does not apply).
-
-        See :func:`~bayes_microbench.irt.policy.floor_misfit`.
-        """
-        from .policy import floor_misfit
-
-        return floor_misfit(self.data, self.config)
-
-    def convergence_hint(self, truncated_normal: str, centered_items: str = "") -> str:
-        """The remedy an unconverged NUTS fit names ("" when none is known).
-
-        ``truncated_normal`` and ``centered_items``: the caller's phrasing of the
-        truncated-normal prior and of ``parameterization="decoupled"``; which one
-        applies is :attr:`policy`'s ``remedy`` (:func:`~bayes_microbench.irt.policy.choose`).
-        """
-        policy = self.policy()
-        return {
-            "floor-misfit": policy.floor_misfit,
-            "truncated-normal": truncated_normal,
-            "centered-items": centered_items,
-        }.get(policy.remedy, "")
-
-    def auto_parameterization(self, method: str) -> str:
-        """The parameterization ``fit(method, parameterization="auto")`` samples in."""
-        return str(self.policy(method).parameterization)
+        return choose(
+            self.data, self.config, method, parameterization=asked, weak=self._weak_slopes
+        )
 
     @functools.cached_property
-    def weak_slopes(self) -> bool:
-        """Whether this 3PL's data pin its items' slopes down too loosely to center them.
-
-        See :func:`~bayes_microbench.irt.policy.weak_slopes` (cached: a pass over the cells).
-        """
+    def _weak_slopes(self) -> bool:
+        """:func:`~bayes_microbench.irt.policy.weak_slopes` of this model, cached (a pass over
+        the cells) for :meth:`policy` and :meth:`fit`."""
         from .policy import weak_slopes
 
         return weak_slopes(self.data, self.config)
-
-    @property
-    def lognormal_discrimination(self) -> bool:
-        """A 2PL or 3PL with the lognormal discrimination prior (what ``"decoupled-nc"`` samples)."""
-        from .policy import lognormal_discrimination
-
-        return lognormal_discrimination(self.config)
-
-    @property
-    def truncated_normal_may_help(self) -> bool:
-        """Whether the truncated-normal discrimination prior is the measured remedy here.
-
-        True for a lognormal-prior 2PL/3PL NUTS fit of 100 or more llms without
-        :attr:`weak_slopes` (see :func:`~bayes_microbench.irt.policy.choose`).
-        """
-        return bool(self.policy().truncated_normal_may_help)
 
     def build_model(self, *, parameterization: str | None = None, float32: bool = True) -> Any:
         """Build (once) and return the :class:`pymc.Model`.
@@ -277,7 +233,8 @@ class IRTModel:
             ``"auto"`` (default): ``"decoupled"`` (centered) for NUTS on 100 or
             more llms; below that ``"decoupled-nc"`` for NUTS of a lognormal
             2PL/3PL, else ``"non-centered"`` (always for the approximations).
-            NUTS of a lognormal 3PL with :attr:`weak_slopes` takes
+            NUTS of a lognormal 3PL with
+            :func:`~bayes_microbench.irt.policy.weak_slopes` takes
             ``"decoupled-nc"`` at any size;
             see :mod:`bayes_microbench.irt.pymc_model`. ``"slope-intercept"``
             and ``"textbook"`` are kept for benchmarks.
@@ -350,7 +307,7 @@ class IRTModel:
             method,
             parameterization=parameterization,
             adaptation=adaptation,
-            weak=self.weak_slopes,
+            weak=self._weak_slopes,
         )
         parameterization, adaptation = policy.parameterization, policy.adaptation
         if method == "nuts" and chains < 2:

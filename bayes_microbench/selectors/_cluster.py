@@ -37,10 +37,9 @@ def single_blas_thread() -> Iterator[None]:
     """Run the enclosed small matrix products on one BLAS thread.
 
     The selectors' loops multiply small matrices (e.g. 300 x 10 x 224) many
-    times; on a loaded 2-core machine OpenBLAS's thread hand-offs made such a
-    product about 60x slower than one thread (measured: 16 ms vs 0.27 ms).
-    Uses ``threadpoolctl`` (installed with PyMC) when available, else does
-    nothing.
+    times. Uses ``threadpoolctl`` (installed with PyMC) when available, else does
+    nothing. Why: on a loaded machine BLAS's thread hand-offs cost far more than such
+    a product (measured: docs/decisions/0008-evaluate-tasks-and-where-they-run.md).
     """
     global _CONTROLLER
     try:

@@ -207,12 +207,17 @@ def _joint_mode(
     x0 = np.concatenate([theta0, np.log(p_item / (1 - p_item)), np.zeros(n_i)])
 
     def cells(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per-cell log-likelihood and its derivative in ``eta``."""
+        """Per-cell log-likelihood and its derivative in ``eta``.
+
+        A fused value and gradient, so partly inline: for ``c = 0`` one ``exp`` serves
+        both; for ``c > 0`` the sigmoid is :func:`response_model.prob`'s and the floor is
+        applied to it here, since the gradient needs the sigmoid as well.
+        """
         if c == 0.0:
             e = np.exp(-np.abs(eta))
             s = np.where(eta >= 0, 1.0, e) / (1.0 + e)
             return yy * eta - (np.maximum(eta, 0.0) + np.log1p(e)), yy - s
-        s = 0.5 + 0.5 * np.tanh(0.5 * eta)
+        s = response_model.prob(eta)
         p = np.clip(c + (1 - c) * s, 1e-12, 1 - 1e-12)
         ll = yy * np.log(p) + (1 - yy) * np.log1p(-p)
         return ll, (yy - p) / (p * (1 - p)) * (1 - c) * s * (1 - s)
@@ -241,8 +246,8 @@ def _joint_mode(
         )
         return -lp, -grad
 
-    # one BLAS thread: on a loaded 2-core machine threaded BLAS made L-BFGS-B's own
-    # vector work 10-25x slower (measured on 28 x 6016 and 50 x 2874 sources)
+    # one BLAS thread: threaded BLAS slows L-BFGS-B's own vector work on a loaded
+    # machine (measured: docs/decisions/0008-evaluate-tasks-and-where-they-run.md)
     with single_blas_thread():
         res = minimize(
             fun, x0, jac=True, method="L-BFGS-B", options={"maxiter": 1500, "ftol": 1e-8}

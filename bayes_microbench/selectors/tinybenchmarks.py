@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..exceptions import ConfigurationError
+from ..response_model import prob, softplus
 from ._cluster import kmeans, on_one_blas_thread
 from ._features import check_inputs
 from .base import Seed, Selection, check_size, weighted_mean_estimate
@@ -37,10 +38,6 @@ _CACHE_SIZE = 4
 
 
 # ---------------------------------------------------------------------- IRT fit
-def _expit(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
-
-
 @dataclass(frozen=True)
 class IRTFit:
     """A multidimensional 2PL point fit: ``P = sigmoid(theta @ a.T - b)``."""
@@ -110,10 +107,11 @@ def fit_irt(
         b = x[n_t + n_a :]
         t32, a32 = theta.astype(np.float32), a.astype(np.float32)
         z = t32 @ a32.T - b.astype(np.float32)[None, :]
-        # one exp serves both log(1 + e^z) and sigmoid(z)
+        # one exp serves both log(1 + e^z) and sigmoid(z): a fused value and gradient in
+        # float32, kept inline rather than two passes of response_model.softplus / prob
         e = np.exp(-np.abs(z))
-        softplus = np.maximum(z, 0.0) + np.log1p(e)
-        nll = float((m32 * (softplus - y32 * z)).sum(dtype=np.float64))
+        softplus_z = np.maximum(z, 0.0) + np.log1p(e)
+        nll = float((m32 * (softplus_z - y32 * z)).sum(dtype=np.float64))
         prior = 0.5 * (
             float((theta * theta).sum())
             + inv_a_var * float((a * a).sum())
@@ -173,12 +171,12 @@ def fit_ability(
 
     def loss(th: np.ndarray) -> np.ndarray:
         z = th @ a.T - b[None, :]
-        return (mask * (np.logaddexp(0.0, z) - y0 * z)).sum(1) + 0.5 * (th * th).sum(1)
+        return (mask * (softplus(z) - y0 * z)).sum(1) + 0.5 * (th * th).sum(1)
 
     current = loss(theta)
     for _ in range(max_iter):
         z = theta @ a.T - b[None, :]
-        p = _expit(z)
+        p = prob(z)
         grad = (mask * (p - y0)) @ a + theta
         w = mask * p * (1.0 - p)
         hess = np.einsum("ti,id,ie->tde", w, a, a) + eye
@@ -305,7 +303,7 @@ class PreparedTinyBenchmarks:
             data = np.where(observed, target, 0.0).sum(1) / observed.sum(1)
         if rest.size == 0:
             return data
-        irt = _expit(theta @ a[rest].T - b[rest][None, :]).mean(1)
+        irt = prob(theta @ a[rest].T - b[rest][None, :]).mean(1)
         return lam * data + (1.0 - lam) * irt
 
     def gpirt_weight(self, selection: Selection) -> float:
@@ -317,7 +315,7 @@ class PreparedTinyBenchmarks:
         a, b = self.fit.discrimination, self.fit.difficulty
         src = self.source
         theta = fit_ability(src[:, items], a[items], b[items])
-        irt = _expit(theta @ a[rest].T - b[rest][None, :]).mean(1)
+        irt = prob(theta @ a[rest].T - b[rest][None, :]).mean(1)
         observed = ~np.isnan(src[:, rest])
         has = observed.any(1)
         actual = np.where(observed, src[:, rest], 0.0).sum(1) / np.maximum(observed.sum(1), 1)
