@@ -15,13 +15,14 @@ stop at ``budget`` items and never before ``minimum`` (raised, with a
 calibration, to the smallest number of observed items the calibration was
 estimated at: below it the calibrated interval is an extrapolation).
 
-Rules (``rule``): ``goal`` (default) is the expected reduction, over the two
+Rules (``rule``): ``goal`` (the accuracy goal's default) is the expected reduction, over the two
 answers of an item, of the posterior variance of the full-benchmark number
 correct (``accuracy``) or of the probability of a wrong rank decision
 (``rank``), computed on the joint posterior draws of item parameters and
 ability by reweighting them with each answer's likelihood; ``fisher`` is the
 classical rule (Fisher information at the posterior-mean ability and the
-posterior-mean items: Fluid Benchmarking's); ``random`` a seeded random order.
+posterior-mean items: Fluid Benchmarking's; the rank goal's default,
+docs/decisions/0038); ``random`` a seeded random order.
 With a saved population, ``goal`` also counts the widening the interval at
 the stop gets for the subset asked (:meth:`Population.excess_if_added`), so
 that it does not chase items whose misfit the interval must then carry
@@ -59,6 +60,9 @@ Goal = Literal["accuracy", "rank"]
 Rule = Literal["goal", "fisher", "random"]
 GOALS: tuple[str, ...] = ("accuracy", "rank")
 RULES: tuple[str, ...] = ("goal", "fisher", "random")
+#: Each goal's default rule: on held-out llms the rank goal's own rule stopped
+#: over-confident and Fisher's did not (docs/decisions/0038).
+DEFAULT_RULES: dict[str, str] = {"accuracy": "goal", "rank": "fisher"}
 #: posterior draws the state works with (the interval needs at least 100)
 DEFAULT_DRAWS = 400
 STATE_VERSION = 1
@@ -90,6 +94,9 @@ class Settings:
     ``prob`` (None: the goal's default) is the interval probability of the
     ``accuracy`` goal (``DEFAULT_CI_PROB``) or the certainty at which the ``rank``
     goal stops (``DEFAULT_RANK_PROB``), as the ``adapt`` command's ``--prob``.
+    ``rule`` (None: the goal's default, :data:`DEFAULT_RULES`): ``goal`` for the
+    ``accuracy`` goal, ``fisher`` for the ``rank`` goal, whose ``goal`` rule stops
+    over-confident on held-out llms (docs/decisions/0038).
     """
 
     goal: str = "accuracy"
@@ -97,12 +104,14 @@ class Settings:
     prob: float | None = None
     budget: int = 200
     minimum: int = 5
-    rule: str = "goal"
+    rule: str | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.prob is None:
             self.prob = DEFAULT_RANK_PROB if self.goal == "rank" else DEFAULT_CI_PROB
+        if self.rule is None:
+            self.rule = DEFAULT_RULES.get(self.goal, "goal")
 
     @property
     def level(self) -> float:

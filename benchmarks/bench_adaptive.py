@@ -405,26 +405,31 @@ def static_lines(run: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
         rows = [row for row in static if row["n"] == n]
         pairs = sum(row["pairs"] for row in rows)
         acc[n] = sum(row["correct"] * row["pairs"] for row in rows) / max(pairs, 1)
-    stopped = [
-        r for r in runs if r["goal"] == "rank" and r["rule"] == "goal" and r["stopped"] == "goal"
-    ]
-    goal_rows = [r for r in runs if r["goal"] == "rank" and r["rule"] == "goal"]
-    target = float(np.mean([r["correct"] for r in stopped])) if stopped else float("nan")
-    match = [n for n, a in acc.items() if a >= target]
-    same = (
-        f"the smallest static subset as accurate is **{match[0]} items**"
-        if match
-        else f"no static subset up to {max(acc)} items is as accurate"
-    )
-    return [
+    lines = [
         "",
         "Static `bayes-ranking` subsets on the same pairs (the llm answers the subset, the "
         "reference its full row, the decision forced at the end): share of correct decisions "
         + ", ".join(f"n = {n}: {a:.3f}" for n, a in acc.items())
-        + f". The rank goal's rule decided {target:.3f} correctly among its stopped runs, "
-        f"{np.mean([r['items_used'] for r in goal_rows]):.1f} items on average over all its "
-        f"runs; {same}.",
+        + ".",
     ]
+    for rule in ("fisher", "goal"):  # the rank goal's default rule first (decision 0038)
+        rs = [r for r in runs if r["goal"] == "rank" and r["rule"] == rule]
+        stopped = [r for r in rs if r["stopped"] == "goal"]
+        if not stopped:
+            continue
+        target = float(np.mean([r["correct"] for r in stopped]))
+        match = [n for n, a in acc.items() if a >= target]
+        same = (
+            f"the smallest static subset as accurate has {match[0]} items"
+            if match
+            else f"no static subset up to {max(acc)} items is as accurate"
+        )
+        lines.append(
+            f"The rank goal with the `{rule}` rule decided {target:.3f} of its "
+            f"{len(stopped)} stopped runs correctly, {np.mean([r['items_used'] for r in rs]):.1f} "
+            f"items on average over all its runs; {same}."
+        )
+    return lines
 
 
 def body(saved: dict[str, Any]) -> str:

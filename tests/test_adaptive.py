@@ -437,3 +437,21 @@ def test_library_and_command_share_each_goals_default_probability():
     assert Settings(goal="rank").prob == DEFAULT_RANK_PROB
     assert Settings(goal="rank", prob=0.8).prob == 0.8
     assert Settings(**Settings(goal="rank").__dict__).check().prob == DEFAULT_RANK_PROB
+
+
+
+def test_each_goal_has_its_default_rule_and_an_explicit_rule_is_kept(files, tmp_path, capsys):
+    """The rank goal defaults to Fisher's rule (docs/decisions/0038), the accuracy goal to
+    its own; ``adapt`` without ``--rule`` saves the goal's default in its state."""
+    assert Settings().rule == "goal"
+    assert Settings(goal="rank").rule == "fisher"
+    assert Settings(goal="rank", rule="goal").rule == "goal"
+    assert Settings(**Settings(goal="rank").__dict__).check().rule == "fisher"
+    post, full, resp = files
+    base = ["adapt", "--posterior", str(post), "--goal", "rank", "--reference", str(full)]
+    base += ["--reference-llm", str(resp.llms[1])]
+    for extra, want in (([], "fisher"), (["--rule", "goal"], "goal")):
+        out = tmp_path / f"rank-{want}.json"
+        rc, _, err = cli([*base, *extra, "--output", str(out), "--quiet"], capsys)
+        assert rc == 0, err
+        assert json.loads(out.read_text())["settings"]["rule"] == want

@@ -73,7 +73,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=POSITIVE_INT, default=1, help="items per step (default 1)")
     p.add_argument("--budget", type=POSITIVE_INT, default=200, help="most items (default 200)")
     p.add_argument("--minimum", type=NON_NEGATIVE_INT, default=5, help="fewest items (default 5)")
-    p.add_argument("--rule", choices=("goal", "fisher", "random"), default="goal")
+    p.add_argument(
+        "--rule",
+        choices=("goal", "fisher", "random"),
+        default=None,
+        help="how the next items are chosen (default: goal for --goal accuracy, fisher for "
+        "--goal rank, whose goal rule stops over-confident on held-out llms)",
+    )
     p.add_argument("--reference", metavar="PATH", default=None, help="rank goal: responses/state")
     p.add_argument("--reference-llm", default=None, help="rank goal: the reference's row")
     p.add_argument("--max-draws", type=POSITIVE_INT, default=400, help="posterior draws used")
