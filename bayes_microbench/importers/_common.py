@@ -296,6 +296,15 @@ def llm_from_folder(name: str) -> str:
 _BINARY = {0.0, 1.0}
 
 
+def several_targets(record: dict[str, Any]) -> bool:
+    """Whether a logged sample's ``target`` lists more than one answer (lm-eval and
+    inspect alike). Why: 1 / options is no guessing floor where several are correct."""
+    target = record.get("target")
+    if isinstance(target, np.ndarray):
+        target = target.tolist()
+    return isinstance(target, (list, tuple)) and len(target) > 1
+
+
 def metric_value(value: Any, *, metric: str, where: str, llm: str, item: str) -> float:
     """A logged metric value as a number (NaN when missing), before any threshold.
 

@@ -63,6 +63,7 @@ from ._common import (
     read_json,
     refuse_options,
     rows_frame,
+    several_targets,
     skip_empty_logs,
     warn,
 )
@@ -354,7 +355,7 @@ def _log_rows(path: Path, log: _Log, opts: ImportOptions) -> Iterator[dict[str, 
             correct, shown = _score_value(scores, chosen, where=where, llm=llm, item=item)
         choices = sample.get("choices")
         n_options = len(choices) if isinstance(choices, list) and len(choices) >= 2 else 0
-        if n_options and _several_targets(sample):
+        if n_options and several_targets(sample):
             # several correct options: 1 / n is no chance floor, so no n_options
             n_options = 0
             multi += 1
@@ -375,12 +376,6 @@ def _log_rows(path: Path, log: _Log, opts: ImportOptions) -> Iterator[dict[str, 
             f"{path}: {multi} sample(s) have several correct options; they get no "
             "n_options (1 / options is no guessing floor there)"
         )
-
-
-def _several_targets(sample: dict[str, Any]) -> bool:
-    """A list ``target`` of more than one answer: several options are correct."""
-    target = sample.get("target")
-    return isinstance(target, list) and len(target) > 1
 
 
 def _scorer_name(chosen: tuple[str, str | None] | None) -> str:

@@ -58,6 +58,7 @@ from ._common import (
     read_json,
     refuse_options,
     rows_frame,
+    several_targets,
     warn,
 )
 
@@ -451,14 +452,6 @@ def _continuations(rec: dict[str, Any]) -> list[str] | None:
     return conts
 
 
-def _several_targets(rec: dict[str, Any]) -> bool:
-    """A list ``target`` of more than one answer: several options are correct."""
-    target = rec.get("target")
-    if isinstance(target, np.ndarray):
-        target = target.tolist()
-    return isinstance(target, (list, tuple)) and len(target) > 1
-
-
 def _target_index(rec: dict[str, Any], n: int) -> int | None:
     target = rec.get("target")
     if isinstance(target, np.ndarray):
@@ -497,7 +490,7 @@ def choice_confidence(rec: dict[str, Any]) -> tuple[float, int]:
     metrics = rec.get("metrics")
     if isinstance(metrics, (list, tuple, np.ndarray)) and "acc_mutual_info" in list(metrics):
         return math.nan, 0
-    if _several_targets(rec):
+    if several_targets(rec):
         return math.nan, 0
     resps = rec.get("filtered_resps")
     if isinstance(resps, np.ndarray):
