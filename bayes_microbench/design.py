@@ -229,12 +229,12 @@ def _curves_chunk(
     """
     theta, xa, wa, xk, wk = _quadrature()
     n_s = len(rows)
-    wa_s = np.broadcast_to(wa, (n_s, len(wa)))
     if population is not None:
         xa, wa = population.nodes(N_POPULATION_NODES)
+    if population is not None and spread is not None:  # each draw its own weighting
+        wa_s = population.node_weights(N_POPULATION_NODES, spread.weights)
+    else:
         wa_s = np.broadcast_to(wa, (n_s, len(wa)))
-        if spread is not None:
-            wa_s = population.node_weights(N_POPULATION_NODES, spread.weights)
     n_t = len(theta)
     pn, qn, ps, qs, cs = _moments(draws, rows, np.concatenate([theta, xa]), weights)
     pn_g, pn_a = pn[:, :n_t], pn[:, n_t:]  # (s, T), (s, A)

@@ -783,18 +783,17 @@ def _pareto_note(rows: list[dict[str, Any]]) -> str:
     # the runner-up's gap to the best, in standard errors of the difference
     gaps = [abs(r["elpd_diff"]) / r["dse"] for r in rows if r["elpd_diff"] and r["dse"] > 0]
     share = bad / cells
+    trails = f"the runner-up trails by {min(gaps):.0f} standard errors, " if gaps else ""
     if gaps and min(gaps) > 10.0 and share <= PARETO_SHARE_OK:
-        verdict = f"the runner-up trails by {min(gaps):.0f} standard errors, so the ranking stands"
+        verdict = f"{trails}so the ranking stands"
     else:
+        caveat = "but unreliable cells overstate the model they belong to, so " if gaps else ""
         verdict = (
-            f"the runner-up trails by {min(gaps):.0f} standard errors, but unreliable cells "
-            "overstate the model they belong to, so the ranking is indicative only; K-fold "
-            "cross-validation would settle it"
-            if gaps
-            else "the ranking is indicative only; K-fold cross-validation would settle it"
+            f"{trails}{caveat}the ranking is indicative only; K-fold cross-validation would "
+            "settle it"
         )
     return (
-        f"\nPareto k > 0.7 in {bad} of {cells} cells ({100 * bad / cells:.1f}%, the "
+        f"\nPareto k > 0.7 in {bad} of {cells} cells ({100 * share:.1f}%, the "
         f"{worst['model']}): PSIS-LOO is unreliable in those cells (answers so influential "
         f"that leaving one out moves the posterior further than importance sampling can "
         f"follow); {verdict}.\n"
