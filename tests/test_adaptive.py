@@ -439,7 +439,6 @@ def test_library_and_command_share_each_goals_default_probability():
     assert Settings(**Settings(goal="rank").__dict__).check().prob == DEFAULT_RANK_PROB
 
 
-
 def test_each_goal_has_its_default_rule_and_an_explicit_rule_is_kept(files, tmp_path, capsys):
     """The rank goal defaults to Fisher's rule (docs/decisions/0038), the accuracy goal to
     its own; ``adapt`` without ``--rule`` saves the goal's default in its state."""

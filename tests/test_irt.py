@@ -793,7 +793,7 @@ def test_coverage_of_90_intervals(method):
                 ("1pl", "lognormal"),
                 ("3pl", "truncated-normal"),
             )
-            for p in ("decoupled", "non-centered", "slope-intercept", "textbook")
+            for p in ("decoupled", "non-centered")
         ),
         # most cells missing: the likelihood gathers the observed cells
         ("2pl", "lognormal", "non-centered", 0.7),

@@ -149,17 +149,11 @@ def test_remedy_text_spells_the_settings_as_the_caller_takes_them(big, small):
 
 
 def test_one_parameterization_type_for_both_model_families():
-    assert set(PARAMETERIZATIONS_1D) == {
-        "decoupled", "decoupled-nc", "non-centered", "slope-intercept", "textbook",
-    }  # fmt: skip
+    assert set(PARAMETERIZATIONS_1D) == {"decoupled", "decoupled-nc", "non-centered"}
     assert set(PARAMETERIZATIONS_MD) == {"centered", "non-centered"}
     assert PARAMETERIZATIONS_1D["decoupled"].centered and PARAMETERIZATIONS_MD["centered"].centered
     assert not PARAMETERIZATIONS_1D["non-centered"].centered
     assert not PARAMETERIZATIONS_MD["non-centered"].centered
-    assert PARAMETERIZATIONS_1D["textbook"].intercept == "difficulty"
-    assert {p.name for p in PARAMETERIZATIONS_1D.values() if p.benchmark_only} == {
-        "slope-intercept", "textbook",
-    }  # fmt: skip
 
 
 @pytest.mark.parametrize(

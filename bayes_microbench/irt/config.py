@@ -38,7 +38,7 @@ FORMAT_VERSION = 2
 class IRTConfig:
     """Model and prior settings of :class:`~bayes_microbench.irt.IRTModel`.
 
-    Sampled parameterization (slope-intercept, centered)::
+    The model, written in slope-intercept form (the graphs sample it reparameterized)::
 
         ability[j]                 ~ Normal(0, 1)                 (llm population, fixed)
         intercept_mean[s]          ~ Normal(0, intercept_mean_sd)
@@ -188,18 +188,11 @@ class Parameterization:
         flat vector included).
     centered
         Whether the item blocks (discrimination, intercept) are sampled centered.
-    intercept
-        The item location sampled by the centered non-decoupled forms: ``"intercept"``
-        (``eta = a theta + e``) or ``"difficulty"`` (``eta = a (theta - b)``).
-    benchmark_only
-        Kept for the sampling benchmark only.
     """
 
     name: str
     ability: Literal["sphere", "location", "plain"]
     centered: bool
-    intercept: Literal["intercept", "difficulty"] = "intercept"
-    benchmark_only: bool = False
 
 
 #: The 1-D models' parameterizations (docs/decisions/0013, 0014).
@@ -208,9 +201,7 @@ PARAMETERIZATIONS_1D: dict[str, Parameterization] = {
     for p in (
         Parameterization("decoupled", "sphere", True),
         Parameterization("decoupled-nc", "sphere", False),
-        Parameterization("slope-intercept", "plain", True, benchmark_only=True),
         Parameterization("non-centered", "location", False),
-        Parameterization("textbook", "plain", True, "difficulty", benchmark_only=True),
     )
 }
 #: The ``2pl-md``'s parameterizations (docs/decisions/0015).

@@ -236,8 +236,7 @@ class IRTModel:
             NUTS of a lognormal 3PL with
             :func:`~bayes_microbench.irt.policy.weak_slopes` takes
             ``"decoupled-nc"`` at any size;
-            see :mod:`bayes_microbench.irt.pymc_model`. ``"slope-intercept"``
-            and ``"textbook"`` are kept for benchmarks.
+            see :mod:`bayes_microbench.irt.pymc_model`.
         advi_iterations
             Optimization steps of ADVI.
         optimizer_iterations

@@ -5,7 +5,7 @@ items, the abilities as ``m + s * v``, a mean, a scale and a direction on the sp
 that the likelihood sees neither collective direction), ``"decoupled-nc"`` (the same
 ability block, non-centered items: NUTS below 100 llms for the lognormal 2PL/3PL and for
 a weakly informed fixed-floor 3PL), ``"non-centered"`` (the approximations; NUTS
-otherwise), ``"slope-intercept"`` and ``"textbook"`` (kept for the sampling benchmark).
+otherwise).
 Discrimination priors: lognormal (default) or truncated normal, both sampled as
 ``log(discrimination * s)``. Saved scale: ``logit P = a (theta - b)``. The graph is a
 combination of blocks (ability, discrimination, intercept, guessing, likelihood), each
@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import response_model
 from .config import PARAMETERIZATIONS_1D, IRTConfig, check_parameterization
 from .data import IRTData
 
@@ -68,8 +69,8 @@ def _information(data: IRTData, init: dict[str, np.ndarray]) -> np.ndarray:
     """
     floor = _fixed_floors(data)
     eta = init["z"][:, None] + init["logit_item"][None, :]
-    s = 1.0 / (1.0 + np.exp(-eta))
-    p = floor + (1.0 - floor) * s
+    s = response_model.prob(eta)
+    p = response_model.prob(eta, floor)
     info = np.where(
         floor > 0, ((1.0 - floor) * s * (1.0 - s)) ** 2 / (p * (1.0 - p)), s * (1.0 - s)
     )
@@ -203,7 +204,7 @@ def build(
     with pytensor.config.change_flags(floatX=dtype), pm.Model(coords=coords) as model:
         ability = _ability_block(ctx, form.ability if two_pl else _one_pl(form.ability))
         disc = _discrimination_block(ctx, ability, centered=form.centered) if two_pl else None
-        e = _intercept_block(ctx, ability, disc, centered=form.centered, form=form.intercept)
+        e = _intercept_block(ctx, ability, disc, centered=form.centered)
         guess = _guessing_block(ctx)
         _likelihood_block(ctx, ability.theta, None if disc is None else disc.lik, e, guess)
     return model
@@ -215,16 +216,11 @@ def _one_pl(ability: str) -> str:
 
 
 def _ability_block(ctx: _Context, kind: str) -> _Ability:
-    """The abilities (inside a model context): ``"sphere"``, ``"location"`` or ``"plain"``.
+    """The abilities (inside a model context): ``"sphere"`` or ``"location"``.
 
-    ``"sphere"`` and ``"location"``: :func:`_decoupled_ability` with and without the
-    sphere; ``"plain"``: ``theta ~ Normal(0, 1)``.
+    :func:`_decoupled_ability` with and without the sphere.
     """
-    import pymc as pm
-
     z = ctx.init["z"].astype(ctx.dtype)
-    if kind == "plain":
-        return _Ability(pm.Normal("theta", 0.0, 1.0, dims="llm", initval=z))
     m, v, log_s = _decoupled_ability(ctx.data.n_llms, z, sphere=kind == "sphere")
     return _Ability(v, m, log_s)
 
@@ -234,11 +230,13 @@ def _discrimination_block(ctx: _Context, ability: _Ability, *, centered: bool) -
 
     On the sphere (``ability.log_s`` set) they are sampled on the ``discrimination * s``
     scale, so that ``s`` meets only the hyperparameters' priors (:func:`_sphere_slopes`);
-    otherwise on the saved scale (:func:`_plain_slopes`).
+    otherwise (the location block, always non-centered) on the saved scale
+    (:func:`_plain_slopes`).
     """
     if ability.log_s is not None:
         return _sphere_slopes(ctx, ability.log_s, centered=centered)
-    return _plain_slopes(ctx, centered=centered)
+    assert not centered, "centered items ride the sphere block"
+    return _plain_slopes(ctx)
 
 
 def _sphere_slopes(ctx: _Context, log_s: Any, *, centered: bool) -> _Discrimination:
@@ -291,8 +289,8 @@ def _sphere_slopes(ctx: _Context, log_s: Any, *, centered: bool) -> _Discriminat
     return _Discrimination(a_lik, a_lik * pt.exp(-log_s), pt.exp(mu_lat - log_s))
 
 
-def _plain_slopes(ctx: _Context, *, centered: bool) -> _Discrimination:
-    """Slopes on the saved scale under the lognormal or truncated-normal prior (model context)."""
+def _plain_slopes(ctx: _Context) -> _Discrimination:
+    """Non-centered slopes on the saved scale, lognormal or truncated-normal (model context)."""
     import pymc as pm
     import pytensor.tensor as pt
 
@@ -301,24 +299,15 @@ def _plain_slopes(ctx: _Context, *, centered: bool) -> _Discrimination:
     if config.discrimination_prior == "truncated-normal":
         mu_a = pm.Normal("disc_mean", config.disc_mean_mean, config.disc_mean_sd, dims="subtask")
         sd_a = pm.HalfNormal("disc_sd", config.disc_sd_scale, dims="subtask")
-        if centered:
-            # centered on the log scale with the truncated-normal density
-            lat = pm.Flat("log_discrimination", dims="item", initval=zl_small - 0.5)
-            a = _truncated_normal_discrimination(lat, mu_a, sd_a, sub)
-        else:
-            # the truncated normal's inverse CDF of a standard normal z
-            z_a = pm.Normal("disc_z", 0.0, 1.0, dims="item", initval=zl_small)
-            a = _truncated_normal_quantile(pt, z_a, mu_a[sub], sd_a[sub])
+        # the truncated normal's inverse CDF of a standard normal z
+        z_a = pm.Normal("disc_z", 0.0, 1.0, dims="item", initval=zl_small)
+        a = _truncated_normal_quantile(pt, z_a, mu_a[sub], sd_a[sub])
         # the subtask's typical slope: its mean (any function of the items works)
         return _Discrimination(a, a, pt.dot(ctx.cast(_subtask_average(sub, ctx.n_s)), a))
     mu_la = pm.Normal("log_disc_mean", 0.0, config.log_disc_mean_sd, dims="subtask")
     sd_la = pm.HalfNormal("log_disc_sd", config.log_disc_sd_scale, dims="subtask")
-    if centered:
-        la = pm.Normal("log_discrimination", mu_la[sub], sd_la[sub], dims="item", initval=zl_small)
-    else:
-        z_la = pm.Normal("log_disc_z", 0.0, 1.0, dims="item", initval=zl_small)
-        la = mu_la[sub] + sd_la[sub] * z_la
-    a = pt.exp(la)
+    z_la = pm.Normal("log_disc_z", 0.0, 1.0, dims="item", initval=zl_small)
+    a = pt.exp(mu_la[sub] + sd_la[sub] * z_la)
     return _Discrimination(a, a, pt.exp(mu_la))
 
 
@@ -328,15 +317,12 @@ def _intercept_block(
     disc: _Discrimination | None,
     *,
     centered: bool,
-    form: str = "intercept",
 ) -> Any:
     """The item intercepts the likelihood sees, and their subtask hyperparameters.
 
     Non-centered: :func:`_shifted_intercepts`. Centered with a decoupled ability block:
     each item's intercept about its information-weighted centre (:func:`item_centers`;
-    the 1PL: its mean shifted by ``m``). Centered with plain abilities: the
-    ``intercept`` or, for ``form="difficulty"``, ``eta = a (theta - b)``.
-    ``disc`` None: the 1PL (slopes 1).
+    the 1PL: its mean shifted by ``m``). ``disc`` None: the 1PL (slopes 1).
     """
     import pymc as pm
 
@@ -359,20 +345,15 @@ def _intercept_block(
         )
         return pm.Normal("e", mu_e[sub], sd_d[sub], dims="item", initval=e_init)
     mu_d = pm.Normal("intercept_mean", 0.0, config.intercept_mean_sd, dims="subtask")
-    if m is not None:
-        assert disc is not None
-        centers = item_centers(ctx.data, ctx.init)
-        e_c = pm.Flat("e", dims="item", initval=(e_init + centers).astype(dtype))
-        e = e_c - disc.lik * ctx.cast(centers)
-        pm.Potential(
-            "intercept_prior",
-            pm.logp(pm.Normal.dist(mu_d[sub], sd_d[sub]), e - disc.saved * m).sum(),
-        )
-        return e
-    if form == "difficulty":  # textbook: hierarchical prior on the difficulty
-        b = pm.Normal("difficulty", mu_d[sub], sd_d[sub], dims="item", initval=-e_init)
-        return -b * (disc.lik if disc is not None else 1.0)
-    return pm.Normal("intercept", mu_d[sub], sd_d[sub], dims="item", initval=e_init)
+    assert m is not None and disc is not None  # centered items ride the decoupled block
+    centers = item_centers(ctx.data, ctx.init)
+    e_c = pm.Flat("e", dims="item", initval=(e_init + centers).astype(dtype))
+    e = e_c - disc.lik * ctx.cast(centers)
+    pm.Potential(
+        "intercept_prior",
+        pm.logp(pm.Normal.dist(mu_d[sub], sd_d[sub]), e - disc.saved * m).sum(),
+    )
+    return e
 
 
 def _guessing_block(ctx: _Context) -> Any:
@@ -615,48 +596,34 @@ def to_saved_scale(
             a = np.ones((*lead, n_i))
             intercept = f64["e"] - m
             f64["intercept_mean"] = f64["intercept_mean_shifted"] - m
-    else:
+    else:  # "non-centered"
         sub = data.subtask_codes
-        if truncated and parameterization == "non-centered":
+        if truncated:
             mu, sd = f64["disc_mean"][..., sub], f64["disc_sd"][..., sub]
             a = _truncated_normal_quantile(np, f64["disc_z"], mu, sd)
-        elif truncated:
-            a = np.exp(f64["log_discrimination"])
-        elif two_pl and parameterization == "non-centered":
-            a = np.exp(
-                f64["log_disc_mean"][..., sub] + f64["log_disc_sd"][..., sub] * f64["log_disc_z"]
-            )
-        elif two_pl:
-            a = np.exp(f64["log_discrimination"])
-        else:
-            a = np.ones((*lead, n_i))
-        if truncated:
             out["disc_mean"] = (("subtask",), f64["disc_mean"])
             out["disc_sd"] = (("subtask",), f64["disc_sd"])
         elif two_pl:
+            a = np.exp(
+                f64["log_disc_mean"][..., sub] + f64["log_disc_sd"][..., sub] * f64["log_disc_z"]
+            )
             out["log_disc_mean"] = (("subtask",), f64["log_disc_mean"])
             out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
-        if parameterization == "non-centered":
-            m = f64["m"][..., None]
-            ability = m + f64["u"]
-            # the same a_ref as the model's intercept-mean shift (see build)
-            if truncated:
-                a_ref = a @ _subtask_average(sub, len(data.subtasks)).T
-            elif two_pl:
-                a_ref = np.exp(f64["log_disc_mean"])
-            else:
-                a_ref = np.ones_like(f64["intercept_sd"])
-            f64["intercept_mean"] = f64["intercept_mean_shifted"] - a_ref * m
         else:
-            ability = f64["theta"]
-        if parameterization == "non-centered":
-            intercept = (
-                f64["intercept_mean"][..., sub] + f64["intercept_sd"][..., sub] * f64["intercept_z"]
-            )
-        elif parameterization == "slope-intercept":
-            intercept = f64["intercept"]
+            a = np.ones((*lead, n_i))
+        m = f64["m"][..., None]
+        ability = m + f64["u"]
+        # the same a_ref as the model's intercept-mean shift (see build)
+        if truncated:
+            a_ref = a @ _subtask_average(sub, len(data.subtasks)).T
+        elif two_pl:
+            a_ref = np.exp(f64["log_disc_mean"])
         else:
-            intercept = -f64["difficulty"] * a
+            a_ref = np.ones_like(f64["intercept_sd"])
+        f64["intercept_mean"] = f64["intercept_mean_shifted"] - a_ref * m
+        intercept = (
+            f64["intercept_mean"][..., sub] + f64["intercept_sd"][..., sub] * f64["intercept_z"]
+        )
     out["ability"] = (("llm",), ability)
     out["discrimination"] = (("item",), a)
     out["intercept"] = (("item",), intercept)

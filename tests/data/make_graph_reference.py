@@ -31,7 +31,7 @@ CASES: list[tuple[str, str, str, float, int | None]] = [
         (model, prior, param, missing, None)
         for model in ("1pl", "2pl", "3pl")
         for prior in ("lognormal", "truncated-normal")
-        for param in ("decoupled", "non-centered", "slope-intercept", "textbook")
+        for param in ("decoupled", "non-centered")
         for missing in (0.0, 0.7)
         if not (model == "1pl" and prior == "truncated-normal")
     ),
