@@ -23,6 +23,7 @@ from bayes_microbench.cli import main
 from bayes_microbench.importers import (
     FORMATS,
     HarnessLogError,
+    HarnessLogWarning,
     detect_format,
     import_responses,
     read_harness,
@@ -276,8 +277,49 @@ def test_oll_details_name_from_path_required(tmp_path):
     folder = tmp_path / "org__model-z"
     folder.mkdir()
     shutil.copy(bad, folder / "samples_leaderboard_gpqa_mini_2024-06-26T16-16-37.062311.parquet")
-    resp = import_responses("oll-details", [folder])
+    with pytest.warns(
+        HarnessLogWarning, match=r"^1 llm\(s\) named after their folders \('org/model-z'\)"
+    ):
+        resp = import_responses("oll-details", [folder])
     assert list(resp.llms) == ["org/model-z"] and list(resp.items) == GPQA
+
+
+def test_oll_details_samples_take_their_llm_from_a_results_json_beside_them(tmp_path):
+    # the download layout with lm-eval's results JSON beside the samples: the harness's
+    # name wins over the folder's, and no warning (filterwarnings turns one into an error)
+    src = OLL / "org__model-a__leaderboard_gpqa_mini.parquet"
+    folder = tmp_path / "renamed__folder"
+    folder.mkdir()
+    stamp = "2024-06-26T16-16-37.062311"
+    shutil.copy(src, folder / f"samples_leaderboard_gpqa_mini_{stamp}.parquet")
+    (folder / f"results_{stamp}.json").write_text(
+        json.dumps({"results": {"leaderboard_gpqa_mini": {}}, "model_name": "org/model-a"})
+    )
+    resp = import_responses("oll-details", [folder])
+    assert list(resp.llms) == ["org/model-a"] and list(resp.items) == GPQA
+    # two results files naming two models: which one wrote the samples is unknowable
+    (folder / "results_2024-07-01T00-00-00.json").write_text(
+        json.dumps({"results": {}, "model_name": "org/model-b"})
+    )
+    with pytest.raises(HarnessLogError, match=r"name several models \(org/model-a, org/model-b\)"):
+        import_responses("oll-details", [folder])
+
+
+def test_oll_details_one_warning_for_many_folder_names(tmp_path):
+    src = OLL / "org__model-a__leaderboard_gpqa_mini.parquet"
+    for k in range(5):
+        folder = tmp_path / f"org__m{k}"
+        folder.mkdir()
+        shutil.copy(src, folder / "samples_leaderboard_gpqa_mini_2024-06-26T16-16-37.parquet")
+    with pytest.warns(HarnessLogWarning) as record:
+        resp = import_responses("oll-details", [tmp_path])
+    messages = [str(w.message) for w in record if issubclass(w.category, HarnessLogWarning)]
+    assert messages == [
+        "5 llm(s) named after their folders ('org/m0', 'org/m1', 'org/m2' and 2 more): no "
+        "lm-eval results JSON beside their samples files names the model, as in the details "
+        "downloads; a folder's name is its llm's"
+    ]
+    assert list(resp.llms) == [f"org/m{k}" for k in range(5)]
 
 
 def test_oll_details_rows_with_different_numbers_of_options(tmp_path):

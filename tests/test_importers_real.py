@@ -272,7 +272,8 @@ def test_open_llm_leaderboard_download_layouts(tmp_path, layout):
     else:
         shutil.copy(source, target)
     assert detect_format([tmp_path]) == "oll-details"
-    resp = import_responses("auto", [tmp_path])
+    with pytest.warns(HarnessLogWarning, match=r"named after their folders \('org/model'\)"):
+        resp = import_responses("auto", [tmp_path])
     assert list(resp.llms) == ["org/model"]
     items = [f"leaderboard_mini_mc:{r['doc_id']}" for r in recs]
     np.testing.assert_array_equal(resp.select(items=items).values[0], [r["acc"] for r in recs])

@@ -226,7 +226,7 @@ class _Names:
 
     def _parse(self, path: Path) -> tuple[str | None, str | None]:
         if path not in self._parsed:
-            self._parsed[path] = _name_from_results(path)
+            self._parsed[path] = name_from_results(path)
         return self._parsed[path]
 
     @staticmethod
@@ -248,7 +248,7 @@ def _is_results(path: Path) -> bool:
     return isinstance(data, dict) and isinstance(data.get("results"), dict)
 
 
-def _name_from_results(path: Path) -> tuple[str | None, str | None]:
+def name_from_results(path: Path) -> tuple[str | None, str | None]:
     """``(model name, sanitized name)`` of an lm-eval results JSON; Nones for other JSON."""
     try:
         data = read_json(path)

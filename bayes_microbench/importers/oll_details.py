@@ -17,7 +17,9 @@ llm, task
     ``leaderboard_<task>``), or a file ``samples_leaderboard_<task>_<timestamp>.parquet``
     inside a folder ``<org>__<model>``. The details repositories as people download them
     hold ``<org>__<model>/samples_leaderboard_<task>_<timestamp>.jsonl`` (``.json`` for the
-    runs of mid-2024): those are read too, the llm from the folder.
+    runs of mid-2024): those are read too, the llm from an lm-eval results JSON beside
+    them when one names it, else from the folder, with one warning that lists the
+    llms so named (a renamed folder renames its llm).
 item, correct, confidence, n_options
     As for lm-evaluation-harness logs (:mod:`.lm_eval`): item ``task:doc_id``
     (``--item-key doc_hash`` for ``task:doc_hash``), the first of ``acc``,
@@ -44,8 +46,9 @@ from ._common import (
     llm_from_folder,
     refuse_options,
     rows_frame,
+    warn,
 )
-from .lm_eval import iter_samples, sample_rows
+from .lm_eval import RESULTS_NAME, is_samples_file, iter_samples, name_from_results, sample_rows
 
 logger = logging.getLogger(__name__)
 
@@ -69,20 +72,47 @@ def is_details_file(path: Path) -> bool:
     return path.suffix in SAMPLES_SUFFIXES and SAMPLES_NAME.match(path.stem) is not None
 
 
-def llm_and_task(path: Path) -> tuple[str, str]:
-    """The llm and task a details file belongs to, from its own or its folders' names."""
+def llm_and_task(path: Path) -> tuple[str, str, bool]:
+    """The llm and task a details file belongs to, and whether the llm is only its folder's name.
+
+    A configuration name (``<org>__<model>__leaderboard_<task>``) names both; a samples
+    file inside ``<org>__<model>`` takes its llm from an lm-eval results JSON beside it
+    (:func:`_named_by_results`), else from the folder (the third value True).
+    """
     for part in [path.stem, *(p.name for p in path.parents)]:
         match = CONFIG_NAME.match(part)
         if match:
-            return llm_from_folder(match.group("llm")), match.group("task")
+            return llm_from_folder(match.group("llm")), match.group("task"), False
     match = SAMPLES_NAME.match(path.stem)
     if match and path.parent.name:
-        return llm_from_folder(path.parent.name), match.group("task")
+        named = _named_by_results(path.parent)
+        if named is not None:
+            return named, match.group("task"), False
+        return llm_from_folder(path.parent.name), match.group("task"), True
     raise HarnessLogError(
         f"{path}: cannot tell the llm and task from the path; keep the leaderboard's names "
         "(a file or folder '<org>__<model>__leaderboard_<task>', as in the details dataset's "
         "configurations)"
     )
+
+
+def _named_by_results(folder: Path) -> str | None:
+    """The model the lm-eval results JSONs in ``folder`` name, if any name one.
+
+    Why: a folder name is only a guess; a results file is what the harness wrote.
+    """
+    names = {
+        name
+        for path in sorted(folder.glob("*.json"))
+        if RESULTS_NAME.match(path.name) and not is_samples_file(path)
+        and (name := name_from_results(path)[0]) is not None
+    }  # fmt: skip
+    if len(names) > 1:
+        raise HarnessLogError(
+            f"{folder}: the results files in it name several models ({', '.join(sorted(names))}); "
+            "keep one model per folder"
+        )
+    return names.pop() if names else None
 
 
 def read_oll_details(
@@ -114,8 +144,11 @@ def read_oll_details(
         "a details file (.parquet, or samples_leaderboard_<task>_<timestamp>.jsonl / .json)",
     )
     rows: list[dict[str, Any]] = []
+    from_folders: set[str] = set()
     for path in files:
-        llm, task = llm_and_task(path)
+        llm, task, guessed = llm_and_task(path)
+        if guessed:
+            from_folders.add(llm)
         lines: list[int] | None = None
         if not is_parquet(path):
             numbered_in = iter_samples(path)
@@ -142,6 +175,14 @@ def read_oll_details(
             )
         numbered = list(zip(lines or [0] * len(records), records, strict=True))
         rows.extend(sample_rows(numbered, llm=llm, task=task, source=path, opts=opts))
+    if from_folders:
+        shown = sorted(from_folders)
+        more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+        warn(
+            f"{len(shown)} llm(s) named after their folders ({', '.join(map(repr, shown[:3]))}"
+            f"{more}): no lm-eval results JSON beside their samples files names the model, "
+            "as in the details downloads; a folder's name is its llm's"
+        )
     frame = rows_frame(rows)
     logger.debug("%s: read %d results from %d files", FORMAT, len(frame), len(files))
     return frame
