@@ -263,6 +263,28 @@ def test_heldout_section_keeps_the_cards_model_and_says_when_its_fit_is_not_defa
     assert "own settings" not in one_d
 
 
+def test_heldout_section_reports_each_runs_design_check(tmp_path):
+    from bayes_microbench.irt.build_models import _heldout_text
+
+    def mdad(predicted, realized, inside):
+        return {"predicted": predicted, "realized": realized, "inside": inside}
+
+    row = {"design": "random", "n": 25, "coverage": 0.9, "width": 0.1}
+    run = {
+        "settings": {"benchmark": "gpqa", "random_seed": 3, "held_out": 60},
+        "scores": [row],
+        # within 1 point: 2.0 vs 2.5 and 4.0 vs 3.0; not 3.5 vs 1.5, nor a row not reached
+        "mdad": [mdad(2.0, 2.5, True), mdad(4.0, 3.0, True), mdad(3.5, 1.5, False),
+                 mdad(None, 8.0, False)],
+    }  # fmt: skip
+    path = tmp_path / "heldout.json"
+    path.write_text(json.dumps({"runs": [run]}))
+    assert "seed 3: inside in 2 of 4 rows, within 1 point in 2." in _heldout_text("gpqa", path)
+    run.pop("mdad")
+    path.write_text(json.dumps({"runs": [run]}))
+    assert "Designs, the same runs" not in _heldout_text("gpqa", path)
+
+
 def test_the_compact_form_only_where_float32_keeps_too_few_draws():
     """float32 thinning for a benchmark of hundreds of items; the compact form (int16, no
     difficulty: 2 x 2 bytes per item and draw) for MMLU-Pro's 12032 items."""

@@ -730,7 +730,31 @@ def _heldout_text(
                 f"| {st.get('random_seed')} | {st.get('held_out')} | {row['design']} | "
                 f"{row['n']} | {row['coverage']:.3f} | {100 * row['width']:.1f} |"
             )
+    checks = [_design_check(r) for r in runs if r.get("mdad")]
+    if checks:
+        lines += [
+            "",
+            "Designs, the same runs: the held-out llms' realized MDAD against the predicted one "
+            "per design and size (target: inside the simulated studies' 90% band in at least "
+            f"85% of rows, within 1 point): {'; '.join(checks)}.",
+        ]
     return "\n".join(lines) + "\n"
+
+
+def _design_check(run: dict[str, Any]) -> str:
+    """One run's MDAD check as a phrase: rows inside the study band, rows within 1 point."""
+    rows = run["mdad"]
+    close = sum(
+        m.get("predicted") is not None
+        and m.get("realized") is not None
+        and abs(m["predicted"] - m["realized"]) <= 1.0
+        for m in rows
+    )
+    inside = sum(bool(m.get("inside")) for m in rows)
+    return (
+        f"seed {run['settings'].get('random_seed')}: inside in {inside} of {len(rows)} rows, "
+        f"within 1 point in {close}"
+    )
 
 
 def rewrite_cards(out_dir: Path = MODELS) -> list[str]:
