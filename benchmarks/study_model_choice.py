@@ -92,7 +92,13 @@ def report(saved: list[dict]) -> None:
         "Model choice by PSIS-LOO on real matrices",
         "\n\n".join([setup, table(saved), whys]),
         run=last_run(saved),
-        headline=[{"table": 0, "columns": ["data", "candidate", "elpd_diff", "converged", "kept"]}],
+        headline=[
+            {
+                "table": 0,
+                "columns": ["data", "candidate", "elpd_diff", "converged", "kept"],
+                "where": {"candidate": ["2pl", "2pl-md:2"]},
+            }
+        ],
     )
 
 
