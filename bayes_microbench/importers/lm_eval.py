@@ -138,7 +138,7 @@ def read_lm_eval(paths: Sequence[str | Path], options: ImportOptions | None = No
     files = find_files(
         paths, is_samples_file, FORMAT, "an lm-eval samples file (samples_<task>_<timestamp>.jsonl)"
     )
-    names = _Names()
+    names = ResultsNames()
     rows: list[dict[str, Any]] = []
     for path in files:
         match = SAMPLES_NAME.match(path.name)
@@ -159,11 +159,13 @@ def read_lm_eval(paths: Sequence[str | Path], options: ImportOptions | None = No
 
 
 # ------------------------------------------------------------------ llm name
-class _Names:
+class ResultsNames:
     """The llm of each samples file, from the results JSON beside it (see the module doc).
 
-    Why: a folder name is only a guess (``--output_path FILE.json`` writes several models
-    into one folder), so it is used with a warning and never to merge two runs of a task.
+    Each folder's results files are found and parsed once per import (the Open LLM
+    Leaderboard importer asks too: :meth:`models_in`). Why: a folder name is only a
+    guess (``--output_path FILE.json`` writes several models into one folder), so it is
+    used with a warning and never to merge two runs of a task.
     """
 
     def __init__(self) -> None:
@@ -182,7 +184,7 @@ class _Names:
         elif len(by_stamp) == 1:
             results = next(iter(by_stamp.values()))
         elif by_stamp:
-            named = {n for p in by_stamp.values() if (n := self._parse(p)[0]) is not None}
+            named = self.models_in(folder)
             if len(named) > 1:
                 raise HarnessLogError(
                     f"{samples}: cannot tell which model wrote it (no timestamp in its name): "
@@ -212,6 +214,12 @@ class _Names:
             )
         return name
 
+    def models_in(self, folder: Path) -> set[str]:
+        """The model names the lm-eval results JSONs in ``folder`` give."""
+        return {
+            n for p in self._results_files(folder).values() if (n := self._parse(p)[0]) is not None
+        }
+
     def _results_files(self, folder: Path) -> dict[str, Path]:
         if folder not in self._results:
             found: dict[str, Path] = {}
@@ -226,7 +234,7 @@ class _Names:
 
     def _parse(self, path: Path) -> tuple[str | None, str | None]:
         if path not in self._parsed:
-            self._parsed[path] = name_from_results(path)
+            self._parsed[path] = _name_from_results(path)
         return self._parsed[path]
 
     @staticmethod
@@ -248,7 +256,7 @@ def _is_results(path: Path) -> bool:
     return isinstance(data, dict) and isinstance(data.get("results"), dict)
 
 
-def name_from_results(path: Path) -> tuple[str | None, str | None]:
+def _name_from_results(path: Path) -> tuple[str | None, str | None]:
     """``(model name, sanitized name)`` of an lm-eval results JSON; Nones for other JSON."""
     try:
         data = read_json(path)

@@ -48,7 +48,7 @@ from ._common import (
     rows_frame,
     warn,
 )
-from .lm_eval import RESULTS_NAME, is_samples_file, iter_samples, name_from_results, sample_rows
+from .lm_eval import ResultsNames, iter_samples, sample_rows
 
 logger = logging.getLogger(__name__)
 
@@ -72,12 +72,12 @@ def is_details_file(path: Path) -> bool:
     return path.suffix in SAMPLES_SUFFIXES and SAMPLES_NAME.match(path.stem) is not None
 
 
-def llm_and_task(path: Path) -> tuple[str, str, bool]:
+def llm_and_task(path: Path, names: ResultsNames) -> tuple[str, str, bool]:
     """The llm and task a details file belongs to, and whether the llm is only its folder's name.
 
     A configuration name (``<org>__<model>__leaderboard_<task>``) names both; a samples
     file inside ``<org>__<model>`` takes its llm from an lm-eval results JSON beside it
-    (:func:`_named_by_results`), else from the folder (the third value True).
+    (``names``, one per import), else from the folder (the third value True).
     """
     for part in [path.stem, *(p.name for p in path.parents)]:
         match = CONFIG_NAME.match(part)
@@ -85,34 +85,20 @@ def llm_and_task(path: Path) -> tuple[str, str, bool]:
             return llm_from_folder(match.group("llm")), match.group("task"), False
     match = SAMPLES_NAME.match(path.stem)
     if match and path.parent.name:
-        named = _named_by_results(path.parent)
-        if named is not None:
-            return named, match.group("task"), False
+        named = names.models_in(path.parent)
+        if len(named) > 1:
+            raise HarnessLogError(
+                f"{path.parent}: the results files in it name several models "
+                f"({', '.join(sorted(named))}); keep one model per folder"
+            )
+        if named:
+            return named.pop(), match.group("task"), False
         return llm_from_folder(path.parent.name), match.group("task"), True
     raise HarnessLogError(
         f"{path}: cannot tell the llm and task from the path; keep the leaderboard's names "
         "(a file or folder '<org>__<model>__leaderboard_<task>', as in the details dataset's "
         "configurations)"
     )
-
-
-def _named_by_results(folder: Path) -> str | None:
-    """The model the lm-eval results JSONs in ``folder`` name, if any name one.
-
-    Why: a folder name is only a guess; a results file is what the harness wrote.
-    """
-    names = {
-        name
-        for path in sorted(folder.glob("*.json"))
-        if RESULTS_NAME.match(path.name) and not is_samples_file(path)
-        and (name := name_from_results(path)[0]) is not None
-    }  # fmt: skip
-    if len(names) > 1:
-        raise HarnessLogError(
-            f"{folder}: the results files in it name several models ({', '.join(sorted(names))}); "
-            "keep one model per folder"
-        )
-    return names.pop() if names else None
 
 
 def read_oll_details(
@@ -145,8 +131,9 @@ def read_oll_details(
     )
     rows: list[dict[str, Any]] = []
     from_folders: set[str] = set()
+    names = ResultsNames()
     for path in files:
-        llm, task, guessed = llm_and_task(path)
+        llm, task, guessed = llm_and_task(path, names)
         if guessed:
             from_folders.add(llm)
         lines: list[int] | None = None
