@@ -227,6 +227,25 @@ def _share_within(values: np.ndarray, point: float, tol: float) -> float:
     return float(np.mean(both_inf | close))
 
 
+def mdad_check(rows: Sequence[dict[str, Any]]) -> tuple[int, int]:
+    """Of one run's MDAD rows (``ValidationReport.to_json()["mdad"]``): how many lie inside
+    the simulated studies' band, and how many within 1 point of the prediction.
+
+    A row where neither the prediction nor the realized MDAD is reached counts as within
+    1 point; one where only one of them is, does not. Why one function: the benchmark
+    report and the model cards count the same rows.
+    """
+    inside = sum(bool(m.get("inside")) for m in rows)
+    close = 0
+    for m in rows:
+        p, r = m.get("predicted"), m.get("realized")
+        if p is None or r is None:
+            close += p is None and r is None
+        else:
+            close += abs(p - r) <= 1.0
+    return inside, close
+
+
 def _pairs(truth: np.ndarray, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Gap (fraction) and correct-ranking indicator of every pair with a defined truth."""
     i, j = np.triu_indices(len(truth), k=1)

@@ -39,6 +39,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from _report import MATRICES, commit, last_run, machine, update_results, write_section  # noqa: E402
 
+from bayes_microbench.validate import mdad_check  # noqa: E402
+
 RESULTS = HERE / "results" / "heldout_validation.json"
 
 
@@ -56,14 +58,6 @@ def _within(m: dict) -> str:
     return "-" if m.get("study_within_one") is None else f"{m['study_within_one']:.2f}"
 
 
-def _error(m: dict) -> float | None:
-    """|predicted - realized| in points (0 when neither is reached; None when one is)."""
-    p, r = m["predicted"], m["realized"]
-    if p is None or r is None:
-        return 0.0 if p is None and r is None else None
-    return abs(p - r)
-
-
 def summary_rows(runs: list[dict]) -> list[str]:
     """One line per run and one for all: rows inside the study band, point error <= 1,
     and the rows the simulated studies expect within 1 point of the prediction."""
@@ -71,8 +65,7 @@ def summary_rows(runs: list[dict]) -> list[str]:
     totals = [0, 0, 0, 0.0]
     for run in runs:
         rows = run["mdad"]
-        inside = sum(bool(m["inside"]) for m in rows)
-        close = sum((e := _error(m)) is not None and e <= 1.0 for m in rows)
+        inside, close = mdad_check(rows)
         expect = [m.get("study_within_one") for m in rows]
         exp = (
             sum(e for e in expect if e is not None) if all(e is not None for e in expect) else None

@@ -273,13 +273,14 @@ def test_heldout_section_reports_each_runs_design_check(tmp_path):
     run = {
         "settings": {"benchmark": "gpqa", "random_seed": 3, "held_out": 60},
         "scores": [row],
-        # within 1 point: 2.0 vs 2.5 and 4.0 vs 3.0; not 3.5 vs 1.5, nor a row not reached
+        # within 1 point: 2.0 vs 2.5, 4.0 vs 3.0 and a row neither reaches; not 3.5 vs 1.5,
+        # nor a row only one of them reaches
         "mdad": [mdad(2.0, 2.5, True), mdad(4.0, 3.0, True), mdad(3.5, 1.5, False),
-                 mdad(None, 8.0, False)],
+                 mdad(None, 8.0, False), mdad(None, None, False)],
     }  # fmt: skip
     path = tmp_path / "heldout.json"
     path.write_text(json.dumps({"runs": [run]}))
-    assert "seed 3: inside in 2 of 4 rows, within 1 point in 2." in _heldout_text("gpqa", path)
+    assert "seed 3: inside in 2 of 5 rows, within 1 point in 3." in _heldout_text("gpqa", path)
     run.pop("mdad")
     path.write_text(json.dumps({"runs": [run]}))
     assert "Designs, the same runs" not in _heldout_text("gpqa", path)

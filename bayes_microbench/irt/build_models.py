@@ -742,15 +742,11 @@ def _heldout_text(
 
 
 def _design_check(run: dict[str, Any]) -> str:
-    """One run's MDAD check as a phrase: rows inside the study band, rows within 1 point."""
+    """One run's MDAD check (:func:`~bayes_microbench.validate.mdad_check`) as a phrase."""
+    from ..validate import mdad_check
+
     rows = run["mdad"]
-    close = sum(
-        m.get("predicted") is not None
-        and m.get("realized") is not None
-        and abs(m["predicted"] - m["realized"]) <= 1.0
-        for m in rows
-    )
-    inside = sum(bool(m.get("inside")) for m in rows)
+    inside, close = mdad_check(rows)
     return (
         f"seed {run['settings'].get('random_seed')}: inside in {inside} of {len(rows)} rows, "
         f"within 1 point in {close}"
