@@ -144,7 +144,7 @@ class _Ability:
     """The ability block's output: ``theta`` as the likelihood sees it, ``m`` and ``log s``."""
 
     theta: Any
-    m: Any = None  # the collective location (decoupled blocks)
+    m: Any  # the collective location
     log_s: Any = None  # the collective log scale (the sphere block of a 2PL/3PL)
 
 
@@ -336,7 +336,7 @@ def _intercept_block(
         return _shifted_intercepts(
             config, m, a, typical, sd_d, sub, ctx.sub_init.astype(dtype), ctx.zl.astype(dtype)
         )
-    if m is not None and disc is None:
+    if disc is None:
         # intercept = e - m, so intercept_mean = mu_e - m carries the configured prior
         mu_e = pm.Flat("intercept_mean_shifted", dims="subtask", initval=ctx.sub_init.astype(dtype))
         pm.Potential(
@@ -345,7 +345,7 @@ def _intercept_block(
         )
         return pm.Normal("e", mu_e[sub], sd_d[sub], dims="item", initval=e_init)
     mu_d = pm.Normal("intercept_mean", 0.0, config.intercept_mean_sd, dims="subtask")
-    assert m is not None and disc is not None  # centered items ride the decoupled block
+    # centered slopes ride the sphere block (_discrimination_block)
     centers = item_centers(ctx.data, ctx.init)
     e_c = pm.Flat("e", dims="item", initval=(e_init + centers).astype(dtype))
     e = e_c - disc.lik * ctx.cast(centers)
