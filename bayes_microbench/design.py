@@ -1152,7 +1152,6 @@ def selector_design(
     n_b = draws.n_items
     sizes_t = _check_sizes(sizes, n_b)
     check_positive_int(n_replicates, "n_replicates")
-    selector = _selector_instance(name, draws)
     codes, _ = pd.factorize(draws.subtask)
     real = None
     if source is not None:
@@ -1163,6 +1162,8 @@ def selector_design(
                 f"source responses lack {len(missing)} benchmark item(s) {preview(missing)}"
             )
         real = source.values[:, pos]
+    # the estimator is calibrated on real llms only: simulated ones follow the model
+    selector = _selector_instance(name, draws, calibrate=real is not None)
     seeds = np.random.SeedSequence(_entropy(random_seed)).spawn(n_replicates)
     mats = np.zeros((n_replicates, n_b, len(sizes_t)))
     notes: dict[str, Any] = {"kind": "selector", "selector": name}
@@ -1184,13 +1185,19 @@ def selector_design(
     return replicated_design(name, sizes_t, mats, notes)
 
 
-def _selector_instance(name: str, draws: ItemDraws) -> Any:
+def _selector_instance(name: str, draws: ItemDraws, *, calibrate: bool) -> Any:
+    """The selector ``name``; a Bayesian one on the design's posterior ``draws``.
+
+    ``calibrate``: whether a Bayesian selector's estimator is calibrated on the
+    source llms (real ones; llms simulated from the posterior have nothing to teach it).
+    """
     from .selectors import get_selector
 
     sel = get_selector(name)
     with_posterior = getattr(sel, "with_item_draws", None)
     if callable(with_posterior):  # Bayesian selectors reuse the design's posterior
-        return with_posterior(draws)
+        sel = with_posterior(draws)
+        sel.calibrate = calibrate
     return sel
 
 
@@ -1402,7 +1409,7 @@ def select_from_posterior(
         weights = np.full(n, 1.0 / n)
         info = {}
     else:
-        instance = _selector_instance(selector, draws)
+        instance = _selector_instance(selector, draws, calibrate=False)
         source = simulate_source(draws, n_source, rng)[0]
         prepared = instance.prepare(source, codes, None, rng)
         selection = prepared.select(n, rng)

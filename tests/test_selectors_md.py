@@ -100,7 +100,7 @@ def md_draws():
     "make",
     [
         lambda d: BayesFisherSelector(item_draws=d),
-        lambda d: BayesFisherSelector(item_draws=d, md_criterion="d-optimal"),
+        lambda d: BayesFisherSelector(item_draws=d, criterion="d-optimal"),
         lambda d: get_selector("bayes-ranking").with_item_draws(d),
         lambda d: BayesFisherSelector(item_draws=d, subtask_balance=True),
     ],
@@ -127,11 +127,11 @@ def test_selections_have_the_size_asked_no_repeats_and_are_deterministic(md_draw
 def test_a_dead_dimension_gives_the_1d_selection():
     md, one = dead_pair()
     for cls, kw in (
-        (BayesFisherSelector, {"md_criterion": "d-optimal"}),
+        (BayesFisherSelector, {"criterion": "d-optimal"}),
         (BayesRankingSelector, {}),
     ):
         got = prepare(cls(item_draws=md, **kw), md).select(40)
-        want = prepare(cls(item_draws=one), one).select(40)
+        want = prepare(cls(item_draws=one, **kw), one).select(40)
         np.testing.assert_array_equal(got.items, want.items)
         np.testing.assert_allclose(got.weights, want.weights, rtol=1e-9)
 
@@ -161,9 +161,12 @@ def test_the_accuracy_criterion_with_a_dead_dimension_is_its_1d_form():
     md, one = dead_pair()
     got = prepare(BayesFisherSelector(item_draws=md), md).select(30).items
     np.testing.assert_array_equal(got, _scalar_accuracy_order(one, 30))
+    # the 1-D posterior itself gets the same order by default
+    alone = prepare(BayesFisherSelector(item_draws=one), one).select(30).items
+    np.testing.assert_array_equal(alone, got)
     # and it is not the 1-D D-optimal order (the criteria differ)
-    d_opt = prepare(BayesFisherSelector(item_draws=one), one).select(30).items
-    assert got.tolist() != d_opt.tolist()
+    d_opt = prepare(BayesFisherSelector(item_draws=one, criterion="d-optimal"), one)
+    assert got.tolist() != d_opt.select(30).items.tolist()
 
 
 def test_md_weights_are_invariant_to_a_rotation_of_the_ability_space(md_draws):
@@ -213,7 +216,7 @@ def test_the_chosen_items_cover_both_dimensions():
     group1 = np.arange(100) >= 50  # the items that load on dim 1
     for sel in (
         BayesFisherSelector(item_draws=draws),
-        BayesFisherSelector(item_draws=draws, md_criterion="d-optimal"),
+        BayesFisherSelector(item_draws=draws, criterion="d-optimal"),
         BayesRankingSelector(item_draws=draws),
     ):
         items = prepare(sel, draws).select(20).items
@@ -222,8 +225,8 @@ def test_the_chosen_items_cover_both_dimensions():
 
 
 def test_bad_input_is_one_line(md_draws):
-    with pytest.raises(UserInputError, match=r"md_criterion=.*a-optimal.*accuracy, d-optimal"):
-        BayesFisherSelector(md_criterion="a-optimal")
+    with pytest.raises(UserInputError, match=r"criterion=.*a-optimal.*accuracy, d-optimal"):
+        BayesFisherSelector(criterion="a-optimal")
     sel = BayesFisherSelector().with_item_draws(md_draws)
     with pytest.raises(UserInputError, match="80 items but the source has 5") as err:
         sel.prepare(np.zeros((3, 5)), np.zeros(5, dtype=np.int64), None, 0)

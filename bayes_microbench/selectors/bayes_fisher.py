@@ -1,4 +1,4 @@
-"""``bayes-fisher``: items that maximize expected Fisher information over the population.
+"""``bayes-fisher``: items that pin down the full-benchmark accuracy over the population.
 
 ``prepare`` needs an item posterior for the *seen* items, learned from the
 source llms only. By default it fits one in a second (:func:`quick_item_posterior`:
@@ -8,36 +8,54 @@ abilities, sampled). A precomputed posterior whose items are exactly the seen
 items can be passed instead (``BayesFisherSelector(item_draws=...)``; the
 design tools do this with the posterior they are given).
 
-Selection: greedy maximization of the Bayesian D-optimal criterion
-``E_θ[ log(1 + sum_{i in S} I_i(θ)) ]`` over the population ``θ ~ Normal(0, 1)``
-(Gauss-Hermite nodes), with the item information ``I_i(θ)`` of the 2PL/3PL
-averaged over the posterior draws. The log makes the criterion concave, so
-the greedy choice spreads items over the ability range instead of piling them
-at the population centre. ``subtask_balance=True`` gives each subtask a quota
-proportional to its size (largest remainder) and fills it greedily.
+Selection: greedy, over the population ``θ ~ Normal(0, I_D)`` (Gauss-Hermite
+nodes; :func:`population_nodes`) with the item information ``I_i(θ)`` averaged
+over the posterior draws. The default criterion, ``accuracy`` (Bayesian
+c-optimal; :func:`criterion_order_fn`), minimizes the linearized posterior
+variance of the full-benchmark accuracy: the ability's share (through the
+unchosen items' gradient) plus the unchosen items' own Bernoulli noise, so it
+starts with the informative items and turns to the noisy ones as the subset
+grows, since the accuracy to be estimated is made of both. ``criterion=
+"d-optimal"`` maximizes ``E_θ[ log det(I_D + sum_{i in S} I_i(θ)) ]`` (one dim:
+``log(1 + sum I_i)``, concave, so the choice spreads over the ability range).
+Why the default: docs/decisions/0040-bayes-fisher-aims-at-the-accuracy.md.
+``subtask_balance=True`` gives each subtask a quota proportional to its size
+(largest remainder) and fills it greedily.
 
-Estimator (shared with ``bayes-ranking``): the posterior mean of the target's
-accuracy on the full seen set given its responses on the chosen items
-(:mod:`bayes_microbench.scoring`: observed correct + expected correct on the
-unobserved seen items, averaged over the ability posterior and the item
-draws). ``Selection.weights`` are those of this estimator linearized at the
+Estimator (shared with ``bayes-ranking``): the target's observed correct on
+the chosen items plus its expected correct on the unchosen seen items, over
+the seen set. The expectation starts from the IRT prediction ``m`` (the
+posterior mean of the unchosen items' accuracy given the chosen responses,
+averaged over the ability posterior and the item draws) and, when the source
+llms' full responses are at hand (``calibrate=True``, the default), is
+recalibrated on them for this very subset: the least-squares line
+``t ~ alpha + beta m + gamma s`` of a source llm's accuracy ``t`` on the
+unchosen items on its ``m`` and its subset mean ``s``
+(:func:`source_calibration`). The sources' ``m`` is cross-fitted (each fold's
+llms predicted by a quick item posterior fitted without them) when the
+selector fitted its own posterior, and in-sample with a given one. Why: on
+real benchmarks the IRT extrapolation to unobserved items is overconfident
+(``beta`` well below 1 on GPQA), and the subset mean carries what the model
+misses; the line tends to the subset mean's own weight as the unchosen items
+shrink, and costs nothing where the model is right (``beta`` near 1, ``gamma``
+near 0). ``Selection.weights`` are those of this estimator linearized at the
 population centre (:func:`linearized_weights`): close to the discriminations
 for small subsets (under a 2PL the discrimination-weighted score is sufficient
 for ability), uniform as the subset approaches the full set. The design tools
 evaluate designs through these weights.
 
 A ``2pl-md`` posterior (``with_item_draws(draws)``, ``draws.n_dims > 1``) is
-selected in ``D`` dims (:func:`md_order_fn`): by default the accuracy
-(Bayesian c-optimal) criterion, the expected linearized posterior variance of
-the full-benchmark accuracy, or ``md_criterion="d-optimal"``; the weights and
-the estimator in ``D`` dims too. The quick item posterior stays 1-D
+selected in ``D`` dims with the same criteria; the weights and the estimator
+in ``D`` dims too. The quick item posterior stays 1-D
 (docs/decisions/0031-bayesian-selectors-in-d-dimensions.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +84,12 @@ logger = logging.getLogger(__name__)
 
 N_POSTERIOR_DRAWS = 100
 N_POPULATION_NODES = 20
+#: Fewest source llms the estimator is calibrated on: a three-coefficient line fitted
+#: to fewer is noise, and the raw IRT prediction is kept.
+MIN_CALIBRATION_SOURCES = 20
+#: Folds of the cross-fitted calibration (each fold's sources predicted by an item
+#: posterior fitted on the others).
+N_CALIBRATION_FOLDS = 2
 #: Population nodes above :data:`~bayes_microbench.ability.MAX_GRID_DIMS` ability dims:
 #: a scrambled Sobol set (seed 0, so the selection is deterministic) mapped to Normal(0, I_D).
 N_QMC_NODES = 256
@@ -341,17 +365,30 @@ def information_md(
     return info, grad.transpose(1, 0, 2) / n_s, bern / n_s
 
 
-#: The D-dim criteria of ``bayes-fisher``: ``accuracy`` (Bayesian c-optimal: the expected
+#: The criteria of ``bayes-fisher``: ``accuracy`` (Bayesian c-optimal: the expected
 #: linearized posterior variance of the full-benchmark accuracy) and ``d-optimal``
-#: (``E log det``, the 1-D selector's criterion in D dims).
-MD_CRITERIA = ("accuracy", "d-optimal")
-#: The criterion a ``2pl-md`` posterior gets by default (measured:
-#: docs/decisions/0031-bayesian-selectors-in-d-dimensions.md).
-DEFAULT_MD_CRITERION = "accuracy"
+#: (``E log det``).
+CRITERIA = ("accuracy", "d-optimal")
+#: The criterion ``bayes-fisher`` uses unless told otherwise (measured:
+#: docs/decisions/0040-bayes-fisher-aims-at-the-accuracy.md).
+DEFAULT_CRITERION = "accuracy"
 
 
-def md_order_fn(draws: ItemDraws, codes: np.ndarray, criterion: str = DEFAULT_MD_CRITERION) -> Any:
-    """The greedy order of ``bayes-fisher`` for a ``2pl-md`` posterior (``D`` ability dims).
+def with_loadings(draws: ItemDraws) -> ItemDraws:
+    """``draws`` in the ``D``-dim layout: a 1-D posterior gets one loading per item.
+
+    ``logit = a θ + intercept`` is ``a_i . θ + intercept`` with ``a_i = (a)``, so the
+    D-dim criteria serve a 1-D posterior unchanged.
+    """
+    if draws.loadings is not None:
+        return draws
+    return dataclasses.replace(draws, loadings=draws.discrimination[..., None])
+
+
+def criterion_order_fn(
+    draws: ItemDraws, codes: np.ndarray, criterion: str = DEFAULT_CRITERION
+) -> Any:
+    """The greedy order of ``bayes-fisher`` in ``D`` ability dims (a 1-D posterior: ``D = 1``).
 
     Per population node ``t`` (:func:`population_nodes`) the state is the
     inverse of the ability precision ``M_t = I_D + sum_S I_i(θ_t)`` (the prior
@@ -365,13 +402,15 @@ def md_order_fn(draws: ItemDraws, codes: np.ndarray, criterion: str = DEFAULT_MD
     ``A = M⁻¹ I_i``, ``det(M + I_i) = det M det(I + A)`` and
     ``(M + I_i)⁻¹ = (I + A)⁻¹ M⁻¹`` (the matrix determinant lemma and the
     Woodbury form of Sherman-Morrison for the rank-``D`` update), ``T x I`` small
-    ``D x D`` systems. Why: docs/decisions/0031-bayesian-selectors-in-d-dimensions.md.
+    ``D x D`` systems. Why: docs/decisions/0031-bayesian-selectors-in-d-dimensions.md
+    and docs/decisions/0040-bayes-fisher-aims-at-the-accuracy.md.
     """
-    if criterion not in MD_CRITERIA:
+    if criterion not in CRITERIA:
         raise UserInputError(
-            f"{param('md_criterion', criterion)}: not a criterion of bayes-fisher in D dims; "
-            f"use one of {', '.join(MD_CRITERIA)}"
+            f"{param('criterion', criterion)}: not a criterion of bayes-fisher; "
+            f"use one of {', '.join(CRITERIA)}"
         )
+    draws = with_loadings(draws)
     nodes, w = population_nodes(draws.n_dims)
     info, grad, bern = information_md(draws, nodes)
     n_t, n_d = len(nodes), draws.n_dims
@@ -423,7 +462,9 @@ def quotas(codes: np.ndarray, n: int) -> np.ndarray:
     return base
 
 
-def linearized_weights(draws: ItemDraws, chosen: np.ndarray) -> np.ndarray:
+def linearized_weights(
+    draws: ItemDraws, chosen: np.ndarray, calibration: np.ndarray | None = None
+) -> np.ndarray:
     """Item weights of the linearized posterior-mean accuracy estimator.
 
     The estimate is ``(sum_S y_i + sum_{not S} p_j(θ̂)) / N``. Linearizing at the
@@ -434,14 +475,22 @@ def linearized_weights(draws: ItemDraws, chosen: np.ndarray) -> np.ndarray:
     ``κ = sum_{not S} p_j' / (1 + sum_S I_i)``, normalized: proportional to the
     discrimination-like ``h_i`` for small subsets, uniform when ``S`` is everything.
 
+    With a ``calibration`` ``(alpha, beta, gamma)`` (:func:`source_calibration`) the
+    unchosen items' expected accuracy is ``alpha + beta m + gamma s``, so the weights
+    are ``1 + beta κ h_i + gamma U / n`` (``U`` unchosen, ``n`` chosen items).
+
     For a ``2pl-md`` posterior the same linearization in ``D`` dims:
     ``θ̂`` moves by ``(I_D + sum_S I_i)⁻¹ h_i`` per correct answer (``h_i``, the
     slopes ``dp_i/dθ`` and ``I_i = dp_i/dθ h_iᵀ`` now ``D``-vectors and a ``D x D``
     matrix), so the weights are ``1 + h_iᵀ κ`` with
     ``κ = (I_D + sum_S I_i)⁻¹ sum_{not S} dp_j/dθ`` (one live dim: the 1-D weights).
     """
+    beta, flat = 1.0, 0.0
+    if calibration is not None:
+        n = len(chosen)
+        beta, flat = float(calibration[1]), float(calibration[2]) * (draws.n_items - n) / n
     if draws.loadings is not None:
-        return _linearized_weights_md(draws, chosen)
+        return _linearized_weights_md(draws, chosen, beta, flat)
     mean = draws.mean()
     p = mean.prob(np.zeros((1, 1)))[0, 0]
     a, c = mean.discrimination[0], mean.guessing[0]
@@ -451,12 +500,14 @@ def linearized_weights(draws: ItemDraws, chosen: np.ndarray) -> np.ndarray:
     unchosen = np.ones(draws.n_items, dtype=bool)
     unchosen[chosen] = False
     kappa = slope[unchosen].sum() / (1.0 + info[chosen].sum())
-    w = 1.0 + kappa * h[chosen]
+    w = 1.0 + flat + beta * kappa * h[chosen]
     w = np.maximum(w, 1e-12)
     return w / w.sum()
 
 
-def _linearized_weights_md(draws: ItemDraws, chosen: np.ndarray) -> np.ndarray:
+def _linearized_weights_md(
+    draws: ItemDraws, chosen: np.ndarray, beta: float, flat: float
+) -> np.ndarray:
     """:func:`linearized_weights` of a ``2pl-md`` posterior (at ``θ = 0``, posterior means)."""
     mean = draws.mean()
     assert mean.loadings is not None
@@ -469,14 +520,109 @@ def _linearized_weights_md(draws: ItemDraws, chosen: np.ndarray) -> np.ndarray:
     unchosen[chosen] = False
     precision = np.eye(draws.n_dims) + slope[chosen].T @ h[chosen]
     kappa = np.linalg.solve(precision, slope[unchosen].sum(axis=0))
-    w = 1.0 + h[chosen] @ kappa
+    w = 1.0 + flat + beta * (h[chosen] @ kappa)
     w = np.maximum(w, 1e-12)
     return w / w.sum()
 
 
+def predict_unchosen(
+    draws: ItemDraws, correct: np.ndarray, chosen: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The IRT prediction of each llm's accuracy on the items it was not asked.
+
+    Parameters
+    ----------
+    draws
+        Item draws for every seen item.
+    correct
+        ``(n_llms, n)`` responses (1 / 0 / NaN) on the ``chosen`` items, in their order.
+    chosen
+        Positions of the chosen items among the seen ones.
+
+    Returns
+    -------
+    m : ndarray, shape (n_llms,)
+        Posterior mean accuracy on the unchosen seen items (NaN when none is unchosen).
+    fill : ndarray, shape (n_llms,)
+        Expected correct on the chosen cells without a response.
+
+    Why: the one prediction the estimator and its calibration on the sources share.
+    """
+    y = np.asarray(correct, dtype=np.float64)
+    sub = draws.subset(chosen)
+    # a 2pl-md posterior: the D-dim ability posterior scoring uses
+    grid = ability_grid() if sub.n_dims == 1 else scoring_grid(None, sub.n_dims)
+    ability, _ = ability_posterior_samples(sub, y, grid=grid, random_seed=0)
+    unchosen = np.ones(draws.n_items, dtype=bool)
+    unchosen[chosen] = False
+    missing = np.isnan(y)
+    m = np.full(y.shape[0], np.nan)
+    fill = np.zeros(y.shape[0])
+    step = max(1, CHUNK_CELLS // max(1, draws.n_draws * draws.n_items))
+    for lo in range(0, y.shape[0], step):
+        rows = slice(lo, lo + step)
+        p = draws.prob(ability[:, rows])  # (S, L, N)
+        if unchosen.any():
+            m[rows] = p[:, :, unchosen].mean(axis=(0, 2))
+        fill[rows] = (p[:, :, chosen] * missing[None, rows]).sum(axis=2).mean(axis=0)
+    return m, fill
+
+
+def source_calibration(
+    folds: list[tuple[np.ndarray, ItemDraws]], source: np.ndarray, chosen: np.ndarray
+) -> np.ndarray | None:
+    """The estimator's recalibration for one subset, learned on the source llms.
+
+    Parameters
+    ----------
+    folds
+        ``(rows, draws)`` pairs: the source llms at ``rows`` are predicted with
+        ``draws`` (an item posterior fitted without them when cross-fitted).
+    source
+        ``(n_sources, n_seen)`` responses of the source llms on every seen item.
+    chosen
+        Positions of the chosen items.
+
+    Returns
+    -------
+    ndarray ``(alpha, beta, gamma)`` or None
+        The least-squares line ``t = alpha + beta m + gamma s`` of a source's
+        accuracy ``t`` on the unchosen items on its IRT prediction ``m``
+        (:func:`predict_unchosen`) and its mean ``s`` on the chosen items; None
+        when no item is unchosen or fewer than :data:`MIN_CALIBRATION_SOURCES`
+        sources have all three.
+
+    Why: the IRT extrapolation to unobserved items is overconfident on real
+    benchmarks; the sources, whose full responses are known, say by how much.
+    """
+    unchosen = np.ones(source.shape[1], dtype=bool)
+    unchosen[chosen] = False
+    if not unchosen.any():
+        return None
+    m_all, t_all, s_all = [], [], []
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an llm with no response: NaN
+        for rows, draws in folds:
+            y = source[rows]
+            m_all.append(predict_unchosen(draws, y[:, chosen], chosen)[0])
+            t_all.append(np.nanmean(y[:, unchosen], axis=1))
+            s_all.append(np.nanmean(y[:, chosen], axis=1))
+    m, t, s = (np.concatenate(v) for v in (m_all, t_all, s_all))
+    ok = np.isfinite(m) & np.isfinite(t) & np.isfinite(s)
+    if ok.sum() < MIN_CALIBRATION_SOURCES:
+        return None
+    x = np.column_stack([np.ones(ok.sum()), m[ok], s[ok]])
+    coef, *_ = np.linalg.lstsq(x, t[ok], rcond=None)
+    return coef
+
+
 @dataclass
 class PreparedBayes:
-    """Shared prepared state of the Bayesian selectors (order, weights, estimator)."""
+    """Shared prepared state of the Bayesian selectors (order, weights, estimator).
+
+    ``source`` and ``folds`` are set when the estimator is calibrated on the
+    source llms (:func:`source_calibration`); without them it is the raw IRT one.
+    """
 
     name: str
     n_seen: int
@@ -484,6 +630,8 @@ class PreparedBayes:
     codes: np.ndarray
     order_fn: Any
     balance: bool
+    source: np.ndarray | None = None
+    folds: list[tuple[np.ndarray, ItemDraws]] | None = None
     _cache: dict[int, np.ndarray] = field(default_factory=dict)
 
     def order(self, n: int) -> np.ndarray:
@@ -508,26 +656,35 @@ class PreparedBayes:
     def select(self, n: int, random_seed: Seed = None) -> Selection:
         check_size(n, self.n_seen, self.name)
         chosen = np.asarray(self.order(n), dtype=np.int64)
-        w = linearized_weights(self.draws, chosen)
-        return Selection(items=chosen, weights=w, info={"estimator": "posterior mean"})
+        cal = None
+        if self.source is not None and self.folds is not None:
+            cal = source_calibration(self.folds, self.source, chosen)
+        w = linearized_weights(self.draws, chosen, cal)
+        info: dict[str, Any] = {"estimator": "posterior mean"}
+        if cal is not None:
+            info["estimator"] = "posterior mean, calibrated on the source llms"
+            info["calibration"] = [float(v) for v in cal]
+        return Selection(items=chosen, weights=w, info=info)
 
     def estimate(self, selection: Selection, target: np.ndarray) -> np.ndarray:
-        """Posterior mean accuracy on the full seen set given the chosen items' responses."""
+        """Accuracy on the full seen set given the chosen items' responses.
+
+        Observed correct, plus the expected correct of the chosen cells without a
+        response, plus the unchosen items' predicted accuracy (recalibrated when the
+        selection carries a ``calibration``) times their number.
+        """
         y = np.asarray(target, dtype=np.float64)
-        sub = self.draws.subset(selection.items)
-        # a 2pl-md posterior: the D-dim ability posterior scoring uses
-        grid = ability_grid() if sub.n_dims == 1 else scoring_grid(None, sub.n_dims)
-        ability, _ = ability_posterior_samples(sub, y, grid=grid, random_seed=0)
-        # expected correct on the unchosen seen items, per draw and target
-        p = self.draws.prob(ability)  # (S, L, N); ability (S, L) or (S, L, D)
-        unchosen = np.ones(self.n_seen, dtype=bool)
-        unchosen[selection.items] = False
-        expected = (p * unchosen).sum(axis=2).mean(axis=0)
-        observed = np.nansum(y, axis=1)
-        # a chosen cell without a response contributes its expectation too
-        missing = np.isnan(y)
-        expected += (p[:, :, selection.items] * missing[None]).sum(axis=2).mean(axis=0)
-        return (observed + expected) / self.n_seen
+        m, fill = predict_unchosen(self.draws, y, selection.items)
+        n_unchosen = self.n_seen - selection.n
+        cal = selection.info.get("calibration")
+        if cal is not None and n_unchosen:
+            with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                s = np.nanmean(y, axis=1)
+            recal = np.clip(cal[0] + cal[1] * m + cal[2] * s, 0.0, 1.0)
+            m = np.where(np.isfinite(s), recal, m)
+        expected = fill + (n_unchosen * m if n_unchosen else 0.0)
+        return (np.nansum(y, axis=1) + expected) / self.n_seen
 
 
 class _BayesSelectorBase:
@@ -541,12 +698,14 @@ class _BayesSelectorBase:
         n_options: int | None = None,
         subtask_balance: bool = False,
         n_draws: int = N_POSTERIOR_DRAWS,
+        calibrate: bool = True,
     ) -> None:
         self.item_draws = item_draws
         self.model = model
         self.n_options = n_options
         self.subtask_balance = subtask_balance
         self.n_draws = n_draws
+        self.calibrate = calibrate
 
     def _options(self) -> dict[str, Any]:
         """The constructor arguments besides ``item_draws`` (what :meth:`with_item_draws` keeps)."""
@@ -555,6 +714,7 @@ class _BayesSelectorBase:
             "n_options": self.n_options,
             "subtask_balance": self.subtask_balance,
             "n_draws": self.n_draws,
+            "calibrate": self.calibrate,
         }
 
     def with_item_draws(self, draws: ItemDraws) -> _BayesSelectorBase:
@@ -573,6 +733,9 @@ class _BayesSelectorBase:
                     f"the source has {source.shape[1]} seen items; they must be the same items"
                 )
             return self.item_draws
+        return self._quick_draws(source, codes, random_seed)
+
+    def _quick_draws(self, source: np.ndarray, codes: np.ndarray, random_seed: Seed) -> ItemDraws:
         post = quick_item_posterior(
             source,
             model=self.model,
@@ -594,7 +757,10 @@ class _BayesSelectorBase:
         random_seed: Seed = None,
     ) -> PreparedBayes:
         codes = np.asarray(subtask_codes, dtype=np.int64)
-        draws = self._draws(np.asarray(source, dtype=np.float64), codes, random_seed)
+        y = np.asarray(source, dtype=np.float64)
+        rng = np.random.default_rng(random_seed)
+        draws = self._draws(y, codes, rng)
+        folds = self._folds(y, codes, draws, rng) if self.calibrate else None
         return PreparedBayes(
             name=self.name,
             n_seen=draws.n_items,
@@ -602,7 +768,31 @@ class _BayesSelectorBase:
             codes=codes,
             order_fn=self._order_fn(draws, codes),
             balance=self.subtask_balance,
+            source=y if folds is not None else None,
+            folds=folds,
         )
+
+    def _folds(
+        self, source: np.ndarray, codes: np.ndarray, draws: ItemDraws, rng: np.random.Generator
+    ) -> list[tuple[np.ndarray, ItemDraws]] | None:
+        """Who predicts whom in the estimator's calibration (:func:`source_calibration`).
+
+        With a posterior of its own: :data:`N_CALIBRATION_FOLDS` folds, each
+        predicted by a quick posterior fitted on the other sources. With a given
+        posterior: every source predicted by it (in-sample; refitting it is not
+        ours to do). None below :data:`MIN_CALIBRATION_SOURCES` sources.
+        """
+        n_src = source.shape[0]
+        if n_src < MIN_CALIBRATION_SOURCES:
+            return None
+        if self.item_draws is not None:
+            return [(np.arange(n_src), draws)]
+        parts = np.array_split(rng.permutation(n_src), N_CALIBRATION_FOLDS)
+        out = []
+        for rows in parts:
+            rest = np.setdiff1d(np.arange(n_src), rows)
+            out.append((np.sort(rows), self._quick_draws(source[rest], codes, rng)))
+        return out
 
 
 def greedy(
@@ -628,30 +818,30 @@ def greedy(
 
 
 class BayesFisherSelector(_BayesSelectorBase):
-    """Greedy Bayesian D-optimal design over the population (see the module docstring).
+    """Greedy Bayesian design for the full-benchmark accuracy (see the module docstring).
 
-    ``md_criterion``: the criterion for a ``2pl-md`` posterior (:data:`MD_CRITERIA`,
-    default :data:`DEFAULT_MD_CRITERION`; see :func:`md_order_fn`); a 1-D posterior
-    always gets the D-optimal criterion of the module docstring.
+    ``criterion``: :data:`CRITERIA`, default :data:`DEFAULT_CRITERION`
+    (:func:`criterion_order_fn`). A 1-D posterior under ``d-optimal`` takes the
+    scalar form of the module docstring (the same order, fewer array passes).
     """
 
     name = "bayes-fisher"
 
-    def __init__(self, *, md_criterion: str = DEFAULT_MD_CRITERION, **kwargs: Any) -> None:
+    def __init__(self, *, criterion: str = DEFAULT_CRITERION, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if md_criterion not in MD_CRITERIA:
+        if criterion not in CRITERIA:
             raise UserInputError(
-                f"{param('md_criterion', md_criterion)}: not a criterion of bayes-fisher in D "
-                f"dims; use one of {', '.join(MD_CRITERIA)}"
+                f"{param('criterion', criterion)}: not a criterion of bayes-fisher; "
+                f"use one of {', '.join(CRITERIA)}"
             )
-        self.md_criterion = md_criterion
+        self.criterion = criterion
 
     def _options(self) -> dict[str, Any]:
-        return {**super()._options(), "md_criterion": self.md_criterion}
+        return {**super()._options(), "criterion": self.criterion}
 
     def _order_fn(self, draws: ItemDraws, codes: np.ndarray) -> Any:
-        if draws.n_dims > 1:
-            return md_order_fn(draws, codes, self.md_criterion)
+        if draws.n_dims > 1 or self.criterion != "d-optimal":
+            return criterion_order_fn(draws, codes, self.criterion)
         x, w = hermegauss(N_POPULATION_NODES)
         w = w / w.sum()
         info = information(draws, x)  # (T, I)
