@@ -18,7 +18,7 @@ starts with the informative items and turns to the noisy ones as the subset
 grows, since the accuracy to be estimated is made of both. ``criterion=
 "d-optimal"`` maximizes ``E_θ[ log det(I_D + sum_{i in S} I_i(θ)) ]`` (one dim:
 ``log(1 + sum I_i)``, concave, so the choice spreads over the ability range).
-Why the default: docs/decisions/0040-bayes-fisher-aims-at-the-accuracy.md.
+Why the default: docs/decisions/0040-bayesian-selectors-aim-at-the-accuracy.md.
 ``subtask_balance=True`` gives each subtask a quota proportional to its size
 (largest remainder) and fills it greedily.
 
@@ -370,7 +370,7 @@ def information_md(
 #: (``E log det``).
 CRITERIA = ("accuracy", "d-optimal")
 #: The criterion ``bayes-fisher`` uses unless told otherwise (measured:
-#: docs/decisions/0040-bayes-fisher-aims-at-the-accuracy.md).
+#: docs/decisions/0040-bayesian-selectors-aim-at-the-accuracy.md).
 DEFAULT_CRITERION = "accuracy"
 
 
@@ -403,7 +403,7 @@ def criterion_order_fn(
     ``(M + I_i)⁻¹ = (I + A)⁻¹ M⁻¹`` (the matrix determinant lemma and the
     Woodbury form of Sherman-Morrison for the rank-``D`` update), ``T x I`` small
     ``D x D`` systems. Why: docs/decisions/0031-bayesian-selectors-in-d-dimensions.md
-    and docs/decisions/0040-bayes-fisher-aims-at-the-accuracy.md.
+    and docs/decisions/0040-bayesian-selectors-aim-at-the-accuracy.md.
     """
     if criterion not in CRITERIA:
         raise UserInputError(

@@ -24,7 +24,7 @@ Ranked correctly against what, the ``criterion``:
   ``P(sign E = sign T)`` is a bivariate normal orthant probability
   (:func:`same_sign_probability`). Why: the ability order is not what MDAD
   scores, and the unchosen items' answers are part of the truth
-  (docs/decisions/0040-bayes-fisher-aims-at-the-accuracy.md).
+  (docs/decisions/0040-bayesian-selectors-aim-at-the-accuracy.md).
 - ``ability``: the pair's ability order, for a subset scored with
   discrimination weights: ``Φ(μ_S / σ_S)`` with ``μ_S = sum a_i (p_Ai - p_Bi)``
   and ``σ_S² = sum a_i² (p_Ai(1-p_Ai) + p_Bi(1-p_Bi))``.
@@ -69,7 +69,7 @@ _LINE = np.linspace(-6.0, 6.0, 241)
 #: What a pair is ranked correctly against: its realized accuracies, or its abilities.
 CRITERIA = ("accuracy", "ability")
 #: The criterion ``bayes-ranking`` uses unless told otherwise (measured:
-#: docs/decisions/0040-bayes-fisher-aims-at-the-accuracy.md).
+#: docs/decisions/0040-bayesian-selectors-aim-at-the-accuracy.md).
 DEFAULT_CRITERION = "accuracy"
 
 
