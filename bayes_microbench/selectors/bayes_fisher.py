@@ -489,40 +489,29 @@ def linearized_weights(
     if calibration is not None:
         n = len(chosen)
         beta, flat = float(calibration[1]), float(calibration[2]) * (draws.n_items - n) / n
-    if draws.loadings is not None:
-        return _linearized_weights_md(draws, chosen, beta, flat)
-    mean = draws.mean()
-    p = mean.prob(np.zeros((1, 1)))[0, 0]
-    a, c = mean.discrimination[0], mean.guessing[0]
-    slope = a * (p - c) * (1 - p) / (1 - c)  # dp/dθ
-    h = a * (p - c) / ((1 - c) * np.maximum(p, 1e-300))  # dp/dθ / (p (1 - p)), no 0/0
-    info = slope * h
-    unchosen = np.ones(draws.n_items, dtype=bool)
-    unchosen[chosen] = False
-    kappa = slope[unchosen].sum() / (1.0 + info[chosen].sum())
-    w = 1.0 + flat + beta * kappa * h[chosen]
-    w = np.maximum(w, 1e-12)
-    return w / w.sum()
-
-
-def _linearized_weights_md(
-    draws: ItemDraws, chosen: np.ndarray, beta: float, flat: float
-) -> np.ndarray:
-    """:func:`linearized_weights` of a ``2pl-md`` posterior (at ``θ = 0``, posterior means)."""
-    mean = draws.mean()
+    mean = with_loadings(draws).mean()  # a 1-D posterior: one loading per item
     assert mean.loadings is not None
     lam = mean.loadings[0]  # (I, D)
-    p = mean.prob(np.zeros((1, 1, draws.n_dims)))[0, 0]
-    c = mean.guessing[0]
-    slope = ((p - c) * (1 - p) / (1 - c))[:, None] * lam  # dp/dθ: (I, D)
-    h = ((p - c) / ((1 - c) * np.maximum(p, 1e-300)))[:, None] * lam  # dp/dθ / (p (1 - p))
+    p = mean.prob(np.zeros((1, 1, lam.shape[1])))[0, 0]
+    dp, hp = logit_factors(p, mean.guessing[0])
+    slope, h = dp[:, None] * lam, hp[:, None] * lam  # dp/dθ and dp/dθ / (p (1 - p)): (I, D)
     unchosen = np.ones(draws.n_items, dtype=bool)
     unchosen[chosen] = False
-    precision = np.eye(draws.n_dims) + slope[chosen].T @ h[chosen]
+    precision = np.eye(lam.shape[1]) + slope[chosen].T @ h[chosen]
     kappa = np.linalg.solve(precision, slope[unchosen].sum(axis=0))
     w = 1.0 + flat + beta * (h[chosen] @ kappa)
     w = np.maximum(w, 1e-12)
     return w / w.sum()
+
+
+def logit_factors(p: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``dp/dη`` and ``dp/dη / (p (1 - p))`` of ``p = c + (1 - c) sigmoid(η)``.
+
+    Times an item's loadings they are its slope ``dp/dθ`` and its ``h`` (what one
+    correct answer moves the ability's score by); the second without 0/0 at ``p = 0``.
+    Why one function: the estimator's weights and ``bayes-ranking``'s pairs linearize alike.
+    """
+    return (p - c) * (1 - p) / (1 - c), (p - c) / ((1 - c) * np.maximum(p, 1e-300))
 
 
 def predict_unchosen(
@@ -689,6 +678,9 @@ class PreparedBayes:
 
 class _BayesSelectorBase:
     name: str = ""
+    #: The greedy criteria a subclass offers, and the one it uses unless told otherwise.
+    criteria: tuple[str, ...] = ()
+    default_criterion: str = ""
 
     def __init__(
         self,
@@ -699,6 +691,7 @@ class _BayesSelectorBase:
         subtask_balance: bool = False,
         n_draws: int = N_POSTERIOR_DRAWS,
         calibrate: bool = True,
+        criterion: str | None = None,
     ) -> None:
         self.item_draws = item_draws
         self.model = model
@@ -706,6 +699,12 @@ class _BayesSelectorBase:
         self.subtask_balance = subtask_balance
         self.n_draws = n_draws
         self.calibrate = calibrate
+        self.criterion = self.default_criterion if criterion is None else criterion
+        if self.criterion not in self.criteria:
+            raise UserInputError(
+                f"{param('criterion', self.criterion)}: not a criterion of {self.name}; "
+                f"use one of {', '.join(self.criteria)}"
+            )
 
     def _options(self) -> dict[str, Any]:
         """The constructor arguments besides ``item_draws`` (what :meth:`with_item_draws` keeps)."""
@@ -715,6 +714,7 @@ class _BayesSelectorBase:
             "subtask_balance": self.subtask_balance,
             "n_draws": self.n_draws,
             "calibrate": self.calibrate,
+            "criterion": self.criterion,
         }
 
     def with_item_draws(self, draws: ItemDraws) -> _BayesSelectorBase:
@@ -826,18 +826,8 @@ class BayesFisherSelector(_BayesSelectorBase):
     """
 
     name = "bayes-fisher"
-
-    def __init__(self, *, criterion: str = DEFAULT_CRITERION, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if criterion not in CRITERIA:
-            raise UserInputError(
-                f"{param('criterion', criterion)}: not a criterion of bayes-fisher; "
-                f"use one of {', '.join(CRITERIA)}"
-            )
-        self.criterion = criterion
-
-    def _options(self) -> dict[str, Any]:
-        return {**super()._options(), "criterion": self.criterion}
+    criteria = CRITERIA
+    default_criterion = DEFAULT_CRITERION
 
     def _order_fn(self, draws: ItemDraws, codes: np.ndarray) -> Any:
         if draws.n_dims > 1 or self.criterion != "d-optimal":

@@ -53,11 +53,9 @@ import numpy as np
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import ndtr, owens_t
 
-from .._validate import param
 from ..ability import MAX_GRID_DIMS
-from ..exceptions import UserInputError
 from ..posterior import ItemDraws
-from .bayes_fisher import _BayesSelectorBase, greedy, with_loadings
+from .bayes_fisher import _BayesSelectorBase, greedy, logit_factors, with_loadings
 
 #: Expected-accuracy gaps (points) of the close pairs the selection targets.
 PAIR_GAPS = (1.0, 2.0, 4.0, 8.0, 16.0)
@@ -225,12 +223,7 @@ def _accuracy_order(
     assert mean.loadings is not None
     lam, c = mean.loadings[0], mean.guessing[0]
     n_d = lam.shape[1]
-
-    def per_pair(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        slope = (p - c) * (1 - p) / (1 - c)  # dp/dlogit: (P, I)
-        return slope, (p - c) / ((1 - c) * np.maximum(p, 1e-300))
-
-    (s_a, q_a), (s_b, q_b) = per_pair(pa), per_pair(pb)
+    (s_a, q_a), (s_b, q_b) = logit_factors(pa, c), logit_factors(pb, c)  # (P, I) each
     slope = (0.5 * (s_a + s_b))[..., None] * lam[None]  # dp/dθ: (P, I, D)
     h = (0.5 * (q_a + q_b))[..., None] * lam[None]
     info = slope[..., :, None] * h[..., None, :]  # (P, I, D, D)
@@ -291,18 +284,8 @@ class BayesRankingSelector(_BayesSelectorBase):
     """
 
     name = "bayes-ranking"
-
-    def __init__(self, *, criterion: str = DEFAULT_CRITERION, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if criterion not in CRITERIA:
-            raise UserInputError(
-                f"{param('criterion', criterion)}: not a criterion of bayes-ranking; "
-                f"use one of {', '.join(CRITERIA)}"
-            )
-        self.criterion = criterion
-
-    def _options(self) -> dict[str, Any]:
-        return {**super()._options(), "criterion": self.criterion}
+    criteria = CRITERIA
+    default_criterion = DEFAULT_CRITERION
 
     def _order_fn(self, draws: ItemDraws, codes: np.ndarray) -> Any:
         if draws.n_dims > 1:
