@@ -471,8 +471,12 @@ def _block_cells(
             )
             est[n][r] = prepared.estimate(sel, truth.target_seen[:, sel.items])
             # keep the selector's categorical notes (e.g. "signal: correctness"),
-            # not per-run numbers such as allocations
-            notes.update(f"{k}: {v}" for k, v in sel.info.items() if isinstance(v, str | bool))
+            # not per-run numbers such as allocations or a free-text "note"
+            notes.update(
+                f"{k}: {v}"
+                for k, v in sel.info.items()
+                if isinstance(v, str | bool) and k != "note"
+            )
         # before the next run's prepare: one run's matrices at a time (anchor-points holds
         # 432 MB at 6000 seen items)
         del prepared

@@ -161,4 +161,6 @@ def _emit(
         print_json(doc)
     elif not args.quiet:
         print(f"wrote {doc['n_items']} items chosen by {doc['selector']} to {args.output}")
+        if isinstance(info.get("note"), str):
+            print(f"note: {info['note']}")
     return 0

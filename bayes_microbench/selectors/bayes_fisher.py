@@ -44,6 +44,18 @@ for small subsets (under a 2PL the discrimination-weighted score is sufficient
 for ability), uniform as the subset approaches the full set. The design tools
 evaluate designs through these weights.
 
+Random fallback (``random_fallback=True``, the default, with a calibration): at
+each size the calibrated estimator's error on a pair's accuracy difference,
+from its leave-one-out residuals on the sources, is compared with that of a
+uniformly random subset's mean, known in closed form from the sources
+(:func:`random_pair_variance`); where the random subset's is no larger the
+selection is a random subset with uniform weights, estimated by its mean, and
+``Selection.info["note"]`` says so. Why: on a benchmark that one ability does
+not carry (BBH: 24 subtasks with llm-by-subtask effects) the informative items
+stop representing the rest as the subset grows, while a random subset's error
+keeps falling; the sources say where the two cross
+(docs/decisions/0041-bayesian-selectors-fall-back-to-random.md).
+
 A ``2pl-md`` posterior (``with_item_draws(draws)``, ``draws.n_dims > 1``) is
 selected in ``D`` dims with the same criteria; the weights and the estimator
 in ``D`` dims too. The quick item posterior stays 1-D
@@ -78,7 +90,7 @@ from ..ability import (
 from ..exceptions import UserInputError
 from ..posterior import ItemDraws, item_draws
 from ._cluster import single_blas_thread
-from .base import Seed, Selection, check_size
+from .base import Seed, Selection, check_size, weighted_mean_estimate
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +102,8 @@ MIN_CALIBRATION_SOURCES = 20
 #: Folds of the cross-fitted calibration (each fold's sources predicted by an item
 #: posterior fitted on the others).
 N_CALIBRATION_FOLDS = 2
+#: ``Selection.info["estimator"]`` of a size given a random subset (:meth:`PreparedBayes.select`).
+RANDOM_FALLBACK = "subset mean of a random subset (it ranks the source llms' pairs better)"
 #: Population nodes above :data:`~bayes_microbench.ability.MAX_GRID_DIMS` ability dims:
 #: a scrambled Sobol set (seed 0, so the selection is deterministic) mapped to Normal(0, I_D).
 N_QMC_NODES = 256
@@ -559,7 +573,7 @@ def predict_unchosen(
 
 def source_calibration(
     folds: list[tuple[np.ndarray, ItemDraws]], source: np.ndarray, chosen: np.ndarray
-) -> np.ndarray | None:
+) -> tuple[np.ndarray, np.ndarray] | None:
     """The estimator's recalibration for one subset, learned on the source llms.
 
     Parameters
@@ -574,12 +588,13 @@ def source_calibration(
 
     Returns
     -------
-    ndarray ``(alpha, beta, gamma)`` or None
-        The least-squares line ``t = alpha + beta m + gamma s`` of a source's
-        accuracy ``t`` on the unchosen items on its IRT prediction ``m``
-        (:func:`predict_unchosen`) and its mean ``s`` on the chosen items; None
-        when no item is unchosen or fewer than :data:`MIN_CALIBRATION_SOURCES`
-        sources have all three.
+    ``(coef, residuals)`` or None
+        ``coef`` ``(alpha, beta, gamma)``: the least-squares line ``t = alpha +
+        beta m + gamma s`` of a source's accuracy ``t`` on the unchosen items on
+        its IRT prediction ``m`` (:func:`predict_unchosen`) and its mean ``s`` on
+        the chosen items; ``residuals``: each source's leave-one-out residual of
+        that line (in accuracy on the unchosen items). None when no item is
+        unchosen or fewer than :data:`MIN_CALIBRATION_SOURCES` sources have all three.
 
     Why: the IRT extrapolation to unobserved items is overconfident on real
     benchmarks; the sources, whose full responses are known, say by how much.
@@ -602,7 +617,45 @@ def source_calibration(
         return None
     x = np.column_stack([np.ones(ok.sum()), m[ok], s[ok]])
     coef, *_ = np.linalg.lstsq(x, t[ok], rcond=None)
-    return coef
+    # leave-one-out residuals of a least-squares fit: e_i / (1 - h_ii)
+    leverage = np.einsum("ij,jk,ik->i", x, np.linalg.pinv(x.T @ x), x)
+    residuals = (t[ok] - x @ coef) / np.maximum(1.0 - leverage, 1e-12)
+    return coef, residuals
+
+
+def random_pair_variance(source: np.ndarray, n: int) -> float:
+    """Mean over source pairs of the variance of a random ``n``-subset's accuracy difference.
+
+    Parameters
+    ----------
+    source
+        ``(n_sources, n_seen)`` responses (a missing cell counts as its llm's mean).
+    n
+        Subset size, drawn uniformly without replacement from the ``n_seen`` items.
+
+    Returns
+    -------
+    float
+        ``mean_{a<b} Var(d_S - d)``, ``d`` the pair's accuracy difference on the
+        seen set and ``d_S`` on the subset: ``(1 - n/N) / n`` times the items'
+        variance of ``y_a - y_b``, summed in closed form (no loop over pairs).
+
+    Why: the random subset's error on a pair is known exactly from the sources;
+    it is what a Bayesian selection must beat (:meth:`PreparedBayes.select`).
+    """
+    y = np.asarray(source, dtype=np.float64)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(y, axis=1, keepdims=True)
+    y = y[np.isfinite(mean[:, 0])]
+    k, n_seen = y.shape
+    if k < 2 or n >= n_seen:
+        return 0.0
+    z = np.where(np.isnan(y), 0.0, y - np.nanmean(y, axis=1, keepdims=True))
+    # sum_{a<b} mean_i (z_a - z_b)^2 = k sum_a v_a - |sum_a z_a|^2 / N
+    total = k * (z**2).mean(axis=1).sum() - (z.sum(axis=0) ** 2).sum() / n_seen
+    item_var = total / (k * (k - 1) / 2) * n_seen / (n_seen - 1)
+    return float((1.0 - n / n_seen) / n * item_var)
 
 
 @dataclass
@@ -611,6 +664,9 @@ class PreparedBayes:
 
     ``source`` and ``folds`` are set when the estimator is calibrated on the
     source llms (:func:`source_calibration`); without them it is the raw IRT one.
+    With ``random_fallback`` a size at which, on the sources, the calibrated
+    estimator ranks pairs worse than a random subset's mean would, gets a random
+    subset and its mean instead (:meth:`select`).
     """
 
     name: str
@@ -621,6 +677,7 @@ class PreparedBayes:
     balance: bool
     source: np.ndarray | None = None
     folds: list[tuple[np.ndarray, ItemDraws]] | None = None
+    random_fallback: bool = False
     _cache: dict[int, np.ndarray] = field(default_factory=dict)
 
     def order(self, n: int) -> np.ndarray:
@@ -643,17 +700,55 @@ class PreparedBayes:
         return prefix[:n]
 
     def select(self, n: int, random_seed: Seed = None) -> Selection:
+        """The first ``n`` items of the greedy order, or a random subset where that is better.
+
+        With a calibration (``source`` and ``folds``) and ``random_fallback``, the
+        error of the calibrated estimator on a pair's accuracy difference (its
+        leave-one-out residuals on the sources, :func:`source_calibration`) is
+        compared with a uniformly random ``n``-subset's mean
+        (:func:`random_pair_variance`); where the random subset's is no larger, the
+        selection is a random subset (``random_seed``) with uniform weights, and
+        ``info`` says so and why. Why: where one ability does not carry the
+        benchmark (many subtasks with llm-by-subtask effects), the informative
+        items stop representing the rest as ``n`` grows, and past a size a random
+        subset's mean, unbiased whatever the model, ranks pairs better.
+        """
         check_size(n, self.n_seen, self.name)
         chosen = np.asarray(self.order(n), dtype=np.int64)
-        cal = None
+        fitted = None
         if self.source is not None and self.folds is not None:
-            cal = source_calibration(self.folds, self.source, chosen)
-        w = linearized_weights(self.draws, chosen, cal)
+            fitted = source_calibration(self.folds, self.source, chosen)
         info: dict[str, Any] = {"estimator": "posterior mean"}
-        if cal is not None:
-            info["estimator"] = "posterior mean, calibrated on the source llms"
-            info["calibration"] = [float(v) for v in cal]
-        return Selection(items=chosen, weights=w, info=info)
+        if fitted is None:
+            return Selection(
+                items=chosen, weights=linearized_weights(self.draws, chosen), info=info
+            )
+        cal, residuals = fitted
+        if self.random_fallback and self.source is not None:
+            share = (self.n_seen - n) / self.n_seen  # the unchosen items' part of the accuracy
+            ours = 2.0 * share**2 * float(np.var(residuals, ddof=1))
+            theirs = random_pair_variance(self.source, n)
+            if theirs <= ours:
+                rng = np.random.default_rng(random_seed)
+                items = np.sort(rng.choice(self.n_seen, size=n, replace=False))
+                return Selection(
+                    items=items,
+                    weights=np.full(n, 1.0 / n),
+                    info={
+                        "estimator": RANDOM_FALLBACK,
+                        "note": (
+                            f"{self.name} returned a random subset of {n}: on the source "
+                            f"llms its mean misses a pair's accuracy difference by "
+                            f"{100 * theirs**0.5:.1f} points (rms), the calibrated estimator "
+                            f"on the informative items by {100 * ours**0.5:.1f}"
+                        ),
+                    },
+                )
+        info["estimator"] = "posterior mean, calibrated on the source llms"
+        info["calibration"] = [float(v) for v in cal]
+        return Selection(
+            items=chosen, weights=linearized_weights(self.draws, chosen, cal), info=info
+        )
 
     def estimate(self, selection: Selection, target: np.ndarray) -> np.ndarray:
         """Accuracy on the full seen set given the chosen items' responses.
@@ -663,6 +758,8 @@ class PreparedBayes:
         selection carries a ``calibration``) times their number.
         """
         y = np.asarray(target, dtype=np.float64)
+        if selection.info.get("estimator") == RANDOM_FALLBACK:
+            return weighted_mean_estimate(selection, y)
         m, fill = predict_unchosen(self.draws, y, selection.items)
         n_unchosen = self.n_seen - selection.n
         cal = selection.info.get("calibration")
@@ -692,6 +789,7 @@ class _BayesSelectorBase:
         n_draws: int = N_POSTERIOR_DRAWS,
         calibrate: bool = True,
         criterion: str | None = None,
+        random_fallback: bool = True,
     ) -> None:
         self.item_draws = item_draws
         self.model = model
@@ -699,6 +797,7 @@ class _BayesSelectorBase:
         self.subtask_balance = subtask_balance
         self.n_draws = n_draws
         self.calibrate = calibrate
+        self.random_fallback = random_fallback
         self.criterion = self.default_criterion if criterion is None else criterion
         if self.criterion not in self.criteria:
             raise UserInputError(
@@ -714,6 +813,7 @@ class _BayesSelectorBase:
             "subtask_balance": self.subtask_balance,
             "n_draws": self.n_draws,
             "calibrate": self.calibrate,
+            "random_fallback": self.random_fallback,
             "criterion": self.criterion,
         }
 
@@ -768,6 +868,7 @@ class _BayesSelectorBase:
             codes=codes,
             order_fn=self._order_fn(draws, codes),
             balance=self.subtask_balance,
+            random_fallback=self.random_fallback,
             source=y if folds is not None else None,
             folds=folds,
         )

@@ -31,7 +31,9 @@ Ranked correctly against what, the ``criterion``:
 
 Item posterior and estimator: as in ``bayes-fisher`` (a quick fit on the
 source llms, or a precomputed posterior; posterior mean accuracy on the seen
-set, calibrated on the sources when they are at hand).
+set, calibrated on the sources when they are at hand), and the same random
+fallback: a size at which, on the sources, a random subset's mean ranks pairs
+better gets a random subset.
 
 A ``2pl-md`` posterior (``D`` ability dims, :func:`_pairs_md`): the better llm's
 ability on the product of the same nodes in each dim (above

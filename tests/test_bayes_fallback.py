@@ -1,0 +1,140 @@
+"""The Bayesian selectors hand a size over to a random subset where that ranks pairs better.
+
+``PreparedBayes.select`` compares, on the source llms, the calibrated estimator's
+error on a pair's accuracy difference (leave-one-out residuals of its line) with
+a random subset mean's (``bayes_fisher.random_pair_variance``, in closed form).
+Where one ability carries the benchmark the informative items win at every size
+tried here; where llms differ by subtask beyond their ability, large subsets go
+random, and held-out llms' pairs are then ranked with a smaller error.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bayes_microbench import Responses, save_responses
+from bayes_microbench.cli import main
+from bayes_microbench.selectors import bayes_fisher as bf
+from bayes_microbench.selectors.bayes_fisher import BayesFisherSelector
+from bayes_microbench.selectors.bayes_ranking import BayesRankingSelector
+
+
+def subtask_world(
+    seed: int, effect: float, n_sub: int = 8, per_sub: int = 50, n_llms: int = 400
+) -> tuple[np.ndarray, np.ndarray]:
+    """A 2PL plus an llm-by-subtask ability shift of sd ``effect``; (responses, subtask codes).
+
+    With ``effect`` > 0 the subtasks' discriminations differ too (log-sd 0.8 between
+    subtasks), so that the most informative items crowd into a few subtasks, as on BBH.
+    """
+    rng = np.random.default_rng(seed)
+    codes = np.repeat(np.arange(n_sub), per_sub)
+    spread = 0.8 if effect > 0 else 0.0
+    a = np.exp(rng.normal(0.0, spread, n_sub)[codes] + rng.normal(0.0, 0.3, codes.size))
+    b = rng.normal(0.0, 1.0, codes.size)
+    theta = rng.standard_normal(n_llms)[:, None] + effect * rng.standard_normal((n_llms, n_sub))
+    p = 1.0 / (1.0 + np.exp(-a * (theta[:, codes] - b)))
+    return (rng.random(p.shape) < p).astype(np.float64), codes
+
+
+def bbh_like(seed: int, n_llms: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """16 subtasks of 50 items, llm-by-subtask shifts of sd 1: one ability does not carry it."""
+    return subtask_world(seed, effect=1.0, n_sub=16, per_sub=50, n_llms=n_llms)
+
+
+def pair_rmse(est: np.ndarray, truth: np.ndarray) -> float:
+    """Root mean square error over all pairs of the estimated accuracy difference."""
+    err = est - truth
+    i, j = np.triu_indices(err.size, 1)
+    return float(np.sqrt(np.mean((err[i] - err[j]) ** 2)))
+
+
+def test_random_pair_variance_is_the_pairs_item_variance_in_closed_form():
+    rng = np.random.default_rng(0)
+    y = (rng.random((30, 80)) < rng.random((30, 1))).astype(np.float64)
+    y[3, :5] = np.nan  # a missing cell counts as its llm's mean
+    filled = np.where(np.isnan(y), np.nanmean(y, axis=1, keepdims=True), y)
+    i, j = np.triu_indices(30, 1)
+    n, n_seen = 20, 80
+    brute = np.mean(np.var(filled[i] - filled[j], axis=1, ddof=1)) * (1 - n / n_seen) / n
+    assert bf.random_pair_variance(y, n) == pytest.approx(brute, rel=1e-10)
+    assert bf.random_pair_variance(y, n_seen) == 0.0
+
+
+def test_random_pair_variance_matches_drawn_subsets():
+    rng = np.random.default_rng(1)
+    y = (rng.random((12, 60)) < rng.random((12, 1))).astype(np.float64)
+    full = y.mean(axis=1)
+    i, j = np.triu_indices(12, 1)
+    sq = []
+    for _ in range(20000):
+        items = rng.choice(60, size=15, replace=False)
+        err = y[:, items].mean(axis=1) - full
+        sq.append(np.mean((err[i] - err[j]) ** 2))
+    # Monte Carlo se of the mean of 20000 draws: about 1% here
+    assert np.mean(sq) == pytest.approx(bf.random_pair_variance(y, 15), rel=0.04)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_where_one_ability_holds_the_informative_items_are_kept(seed):
+    y, codes = subtask_world(seed, effect=0.0)
+    prepared = BayesFisherSelector().prepare(y[:250], codes, None, seed)
+    for n in (10, 50, 150):
+        sel = prepared.select(n, random_seed=seed)
+        assert "calibration" in sel.info, n
+        np.testing.assert_array_equal(sel.items, prepared.order(n))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_where_llms_differ_by_subtask_large_subsets_go_random_and_rank_better(seed):
+    y, codes = bbh_like(seed)
+    src, tgt = y[:250], y[250:]
+    truth = tgt.mean(axis=1)
+    on = BayesFisherSelector().prepare(src, codes, None, seed)
+    off = BayesFisherSelector(random_fallback=False).prepare(src, codes, None, seed)
+    small = on.select(10, random_seed=seed)
+    assert small.info["estimator"] != bf.RANDOM_FALLBACK  # 10 random items say little
+    large = on.select(200, random_seed=seed)
+    assert large.info["estimator"] == bf.RANDOM_FALLBACK
+    assert "random subset of 200" in large.info["note"]
+    np.testing.assert_allclose(large.weights, np.full(200, 1 / 200))
+    est = on.estimate(large, tgt[:, large.items])
+    np.testing.assert_allclose(est, tgt[:, large.items].mean(axis=1), rtol=1e-12)
+    kept = off.select(200, random_seed=seed)
+    assert kept.info["estimator"] != bf.RANDOM_FALLBACK
+    ours = pair_rmse(est, truth)
+    theirs = pair_rmse(off.estimate(kept, tgt[:, kept.items]), truth)
+    # measured, seeds 0-2: 0.037-0.039 against 0.051-0.062 (ratio 0.62-0.74)
+    assert ours < 0.85 * theirs
+    again = on.select(200, random_seed=seed)
+    np.testing.assert_array_equal(again.items, large.items)
+
+
+def test_bayes_ranking_falls_back_alike_and_without_a_calibration_never():
+    y, codes = bbh_like(2)
+    ranking = BayesRankingSelector().prepare(y[:250], codes, None, 2)
+    assert ranking.select(200, random_seed=0).info["estimator"] == bf.RANDOM_FALLBACK
+    few = BayesFisherSelector().prepare(y[: bf.MIN_CALIBRATION_SOURCES - 1], codes, None, 2)
+    assert few.select(200, random_seed=0).info["estimator"] == "posterior mean"
+
+
+def test_select_says_when_it_returned_a_random_subset(tmp_path, capsys):
+    y, codes = bbh_like(3, n_llms=250)
+    resp = Responses.from_arrays(
+        y,
+        [f"llm{i}" for i in range(y.shape[0])],
+        [f"q{i}" for i in range(y.shape[1])],
+        subtask=[f"s{c}" for c in codes],
+    )
+    path = save_responses(resp, tmp_path / "bench.csv")[0]
+    out = tmp_path / "subset.json"
+    args = ["select", "--responses", str(path), "--selector", "bayes-fisher", "--n", "200"]
+    assert main([*args, "--output", str(out), "--seed", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "note: bayes-fisher returned a random subset of 200" in printed
+    doc = json.loads(out.read_text())
+    assert doc["n_items"] == 200
+    assert np.allclose([i["weight"] for i in doc["items"]], 1 / 200)
