@@ -53,6 +53,7 @@ MODELS = ROOT / "models"
 MAX_FILE_BYTES = 10_000_000
 #: the held-out study's saved runs, read into each card
 HELDOUT_RESULTS = ROOT / "benchmarks" / "results" / "heldout_validation.json"
+CHOICE_RESULTS = ROOT / "benchmarks" / "results" / "model_choice.json"
 #: Saved draws aimed at (``score``'s default ``max_draws``): thinning keeps at most these.
 TARGET_DRAWS = 1000
 #: Below this many float32 draws under the cap a 1-D artifact is saved in the compact
@@ -483,7 +484,7 @@ def _card_markdown(c: dict[str, Any]) -> str:
         else ""
     )
     compaction = _compaction_text(c.get("compaction"), c["thin"], bool(c.get("compact")))
-    loo = _loo_text(c.get("loo"))
+    loo = _loo_text(c.get("loo")) + _choice_text(c.get("benchmark"))
     heldout = _heldout_text(
         c.get("benchmark"),
         built=c.get("date"),
@@ -787,6 +788,43 @@ This file's fit and the default 1PL on the same responses (`irt.checks.loo_rows`
 |---|---|---|---|---|---|---|
 {body}
 {_pareto_note(rows)}"""
+
+
+def _choice_text(benchmark: str | None, results: Path = CHOICE_RESULTS) -> str:
+    """The card's comparison with every candidate of ``fit --model auto``, where measured.
+
+    From ``benchmarks/study_model_choice.py``'s saved rows for ``benchmark``: each
+    candidate's PSIS-LOO, convergence and fit time, and what the rule kept and why.
+    Why: the multidimensional candidates are fitted there, once per benchmark, not
+    by the build.
+    """
+    runs = []
+    if benchmark and results.is_file():
+        runs = [
+            r for r in json.loads(results.read_text()).get("rows", []) if r["data"] == benchmark
+        ]
+    if not runs:
+        return ""
+    run = max(runs, key=lambda r: r.get("date", ""))
+    body = "\n".join(
+        f"| {r['candidate']} | {r['elpd_loo']:.1f} | {r['elpd_diff']:.1f} | {r['dse']:.1f} | "
+        f"{'yes' if r['converged'] else 'no: ' + '; '.join(r['problems'][:1])} | "
+        f"{r['wall_seconds']:.0f} |"
+        for r in run["rows"]
+    )
+    return f"""
+## Model choice: every candidate of `fit --model auto`
+`benchmarks/study_model_choice.py` (run {run.get("date", "?")}, commit {run.get("commit", "?")},
+seed {run["seed"]}) fitted each candidate as `fit` does by default and ranked them by
+PSIS-LOO ({run["candidates"]}), best first:
+
+| candidate | elpd_loo | elpd_diff | dse | converged | fit s |
+|---|---|---|---|---|---|
+{body}
+
+Kept: **{run["chosen"]}**: {run["why"]} (the rule: docs/decisions/0029; an
+unconverged candidate's LOO is not evidence).
+"""
 
 
 #: Largest share of cells with Pareto k > 0.7 at which a card calls a clear LOO ranking
