@@ -1,8 +1,8 @@
 """The Bayesian selectors hand a size over to a random subset where that ranks pairs better.
 
-``PreparedBayes.select`` compares, on the source llms, the calibrated estimator's
-error on a pair's accuracy difference (leave-one-out residuals of its line) with
-a random subset mean's (``bayes_fisher.random_pair_variance``, in closed form).
+``PreparedBayes.select`` compares, on close pairs of source llms, the calibrated
+estimator's error on the pair's accuracy difference (leave-one-out residuals of
+its line) with a random subset mean's (``bayes_fisher.close_pairs``, exact).
 Where one ability carries the benchmark the informative items win at every size
 tried here; where llms differ by subtask beyond their ability, large subsets go
 random, and held-out llms' pairs are then ranked with a smaller error.
@@ -52,30 +52,46 @@ def pair_rmse(est: np.ndarray, truth: np.ndarray) -> float:
     return float(np.sqrt(np.mean((err[i] - err[j]) ** 2)))
 
 
-def test_random_pair_variance_is_the_pairs_item_variance_in_closed_form():
+def test_close_pairs_are_the_pairs_within_the_gap_with_their_item_variance():
     rng = np.random.default_rng(0)
-    y = (rng.random((30, 80)) < rng.random((30, 1))).astype(np.float64)
+    y = (rng.random((40, 80)) < rng.uniform(0.2, 0.8, (40, 1))).astype(np.float64)
     y[3, :5] = np.nan  # a missing cell counts as its llm's mean
     filled = np.where(np.isnan(y), np.nanmean(y, axis=1, keepdims=True), y)
-    i, j = np.triu_indices(30, 1)
-    n, n_seen = 20, 80
-    brute = np.mean(np.var(filled[i] - filled[j], axis=1, ddof=1)) * (1 - n / n_seen) / n
-    assert bf.random_pair_variance(y, n) == pytest.approx(brute, rel=1e-10)
-    assert bf.random_pair_variance(y, n_seen) == 0.0
+    acc = np.nanmean(y, axis=1)
+    a, b, item_var = bf.close_pairs(y)
+    i, j = np.triu_indices(40, 1)
+    want = np.abs(acc[i] - acc[j]) <= bf.CLOSE_GAP
+    assert want.sum() >= bf.MIN_CLOSE_PAIRS
+    assert set(zip(a.tolist(), b.tolist(), strict=True)) == set(
+        zip(i[want].tolist(), j[want].tolist(), strict=True)
+    )
+    brute = np.var(filled[a] - filled[b], axis=1, ddof=1)
+    np.testing.assert_allclose(item_var, brute, rtol=1e-10)
+    # too few close pairs: every pair counts
+    spread = np.vstack([np.full(80, k / 10) for k in range(6)])
+    a, b, _ = bf.close_pairs(spread)
+    assert len(a) == 15
 
 
-def test_random_pair_variance_matches_drawn_subsets():
+def test_close_pairs_give_a_random_subsets_error_on_them():
     rng = np.random.default_rng(1)
-    y = (rng.random((12, 60)) < rng.random((12, 1))).astype(np.float64)
+    y = (rng.random((12, 60)) < rng.uniform(0.3, 0.6, (12, 1))).astype(np.float64)
+    a, b, item_var = bf.close_pairs(y)
     full = y.mean(axis=1)
-    i, j = np.triu_indices(12, 1)
     sq = []
     for _ in range(20000):
         items = rng.choice(60, size=15, replace=False)
         err = y[:, items].mean(axis=1) - full
-        sq.append(np.mean((err[i] - err[j]) ** 2))
+        sq.append(np.mean((err[a] - err[b]) ** 2))
     # Monte Carlo se of the mean of 20000 draws: about 1% here
-    assert np.mean(sq) == pytest.approx(bf.random_pair_variance(y, 15), rel=0.04)
+    assert np.mean(sq) == pytest.approx((1 - 15 / 60) / 15 * item_var.mean(), rel=0.04)
+
+
+def test_close_pairs_are_drawn_from_at_most_the_cap_of_sources():
+    y = (np.random.default_rng(2).random((bf.MAX_PAIR_SOURCES + 50, 30)) < 0.5).astype(float)
+    a, b, _ = bf.close_pairs(y)
+    assert len(np.union1d(a, b)) <= bf.MAX_PAIR_SOURCES
+    assert a.max() <= y.shape[0] - 1 and b.max() == y.shape[0] - 1
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -47,8 +47,9 @@ evaluate designs through these weights.
 Random fallback (``random_fallback=True``, the default, with a calibration): at
 each size the calibrated estimator's error on a pair's accuracy difference,
 from its leave-one-out residuals on the sources, is compared with that of a
-uniformly random subset's mean, known in closed form from the sources
-(:func:`random_pair_variance`); where the random subset's is no larger the
+uniformly random subset's mean, known exactly from the sources
+(:func:`close_pairs`: pairs within :data:`CLOSE_GAP`, the kind MDAD is made
+of); where the random subset's is no larger the
 selection is a random subset with uniform weights, estimated by its mean, and
 ``Selection.info["note"]`` says so. Why: on a benchmark that one ability does
 not carry (BBH: 24 subtasks with llm-by-subtask effects) the informative items
@@ -102,6 +103,15 @@ MIN_CALIBRATION_SOURCES = 20
 #: Folds of the cross-fitted calibration (each fold's sources predicted by an item
 #: posterior fitted on the others).
 N_CALIBRATION_FOLDS = 2
+#: Pairs of source llms whose seen accuracies differ by at most this are the close ones
+#: on which :meth:`PreparedBayes.select` weighs a random subset against the selection
+#: (the study's MDADs of 10 to 1000 items lie near 1 to 10 points).
+CLOSE_GAP = 0.05
+#: Below this many close pairs, every pair counts.
+MIN_CLOSE_PAIRS = 20
+#: Sources whose pairs are compared, at most (evenly spaced rows): the pairs' cost is
+#: quadratic in them.
+MAX_PAIR_SOURCES = 400
 #: ``Selection.info["estimator"]`` of a size given a random subset (:meth:`PreparedBayes.select`).
 RANDOM_FALLBACK = "subset mean of a random subset (it ranks the source llms' pairs better)"
 #: Population nodes above :data:`~bayes_microbench.ability.MAX_GRID_DIMS` ability dims:
@@ -593,7 +603,8 @@ def source_calibration(
         beta m + gamma s`` of a source's accuracy ``t`` on the unchosen items on
         its IRT prediction ``m`` (:func:`predict_unchosen`) and its mean ``s`` on
         the chosen items; ``residuals``: each source's leave-one-out residual of
-        that line (in accuracy on the unchosen items). None when no item is
+        that line (in accuracy on the unchosen items), by source row, NaN for a
+        source without all three. None when no item is
         unchosen or fewer than :data:`MIN_CALIBRATION_SOURCES` sources have all three.
 
     Why: the IRT extrapolation to unobserved items is overconfident on real
@@ -604,6 +615,7 @@ def source_calibration(
     if not unchosen.any():
         return None
     m_all, t_all, s_all = [], [], []
+    order = np.concatenate([rows for rows, _ in folds])
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an llm with no response: NaN
         for rows, draws in folds:
@@ -619,43 +631,51 @@ def source_calibration(
     coef, *_ = np.linalg.lstsq(x, t[ok], rcond=None)
     # leave-one-out residuals of a least-squares fit: e_i / (1 - h_ii)
     leverage = np.einsum("ij,jk,ik->i", x, np.linalg.pinv(x.T @ x), x)
-    residuals = (t[ok] - x @ coef) / np.maximum(1.0 - leverage, 1e-12)
+    residuals = np.full(source.shape[0], np.nan)
+    residuals[order[ok]] = (t[ok] - x @ coef) / np.maximum(1.0 - leverage, 1e-12)
     return coef, residuals
 
 
-def random_pair_variance(source: np.ndarray, n: int) -> float:
-    """Mean over source pairs of the variance of a random ``n``-subset's accuracy difference.
+def close_pairs(source: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Close pairs of source llms and the item variance of their answers' difference.
 
     Parameters
     ----------
     source
         ``(n_sources, n_seen)`` responses (a missing cell counts as its llm's mean).
-    n
-        Subset size, drawn uniformly without replacement from the ``n_seen`` items.
 
     Returns
     -------
-    float
-        ``mean_{a<b} Var(d_S - d)``, ``d`` the pair's accuracy difference on the
-        seen set and ``d_S`` on the subset: ``(1 - n/N) / n`` times the items'
-        variance of ``y_a - y_b``, summed in closed form (no loop over pairs).
+    ``(a, b, item_var)``
+        Row indices of the pairs whose accuracies on the seen items differ by at
+        most :data:`CLOSE_GAP` (every pair when fewer than :data:`MIN_CLOSE_PAIRS`
+        are), among at most :data:`MAX_PAIR_SOURCES` sources (evenly spaced rows),
+        and for each pair the variance over the items of ``y_a - y_b`` (``N - 1``
+        in the denominator). A uniformly random ``n``-subset's mean misses the
+        pair's accuracy difference with variance ``(1 - n/N) / n * item_var``.
 
-    Why: the random subset's error on a pair is known exactly from the sources;
-    it is what a Bayesian selection must beat (:meth:`PreparedBayes.select`).
+    Why: the random subset's error on a close pair, the kind MDAD is made of, is
+    known exactly from the sources; it is what a Bayesian selection must beat
+    (:meth:`PreparedBayes.select`).
     """
     y = np.asarray(source, dtype=np.float64)
+    rows = np.arange(y.shape[0])
+    if rows.size > MAX_PAIR_SOURCES:
+        rows = np.unique(np.linspace(0, rows.size - 1, MAX_PAIR_SOURCES).round().astype(np.int64))
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.nanmean(y, axis=1, keepdims=True)
-    y = y[np.isfinite(mean[:, 0])]
-    k, n_seen = y.shape
-    if k < 2 or n >= n_seen:
-        return 0.0
-    z = np.where(np.isnan(y), 0.0, y - np.nanmean(y, axis=1, keepdims=True))
-    # sum_{a<b} mean_i (z_a - z_b)^2 = k sum_a v_a - |sum_a z_a|^2 / N
-    total = k * (z**2).mean(axis=1).sum() - (z.sum(axis=0) ** 2).sum() / n_seen
-    item_var = total / (k * (k - 1) / 2) * n_seen / (n_seen - 1)
-    return float((1.0 - n / n_seen) / n * item_var)
+        warnings.simplefilter("ignore", RuntimeWarning)  # an llm with no response: NaN
+        mean = np.nanmean(y[rows], axis=1)
+    rows = rows[np.isfinite(mean)]
+    mean = mean[np.isfinite(mean)]
+    n_seen = y.shape[1]
+    z = np.nan_to_num(y[rows] - mean[:, None])  # a missing cell: its llm's mean
+    a, b = np.triu_indices(rows.size, 1)
+    close = np.abs(mean[a] - mean[b]) <= CLOSE_GAP
+    if close.sum() >= MIN_CLOSE_PAIRS:
+        a, b = a[close], b[close]
+    v = (z**2).sum(axis=1)
+    item_var = (v[a] + v[b] - 2.0 * np.einsum("ij,ij->i", z[a], z[b])) / max(n_seen - 1, 1)
+    return rows[a], rows[b], item_var
 
 
 @dataclass
@@ -679,6 +699,7 @@ class PreparedBayes:
     folds: list[tuple[np.ndarray, ItemDraws]] | None = None
     random_fallback: bool = False
     _cache: dict[int, np.ndarray] = field(default_factory=dict)
+    _pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def order(self, n: int) -> np.ndarray:
         """The first ``n`` items of the greedy order.
@@ -703,10 +724,10 @@ class PreparedBayes:
         """The first ``n`` items of the greedy order, or a random subset where that is better.
 
         With a calibration (``source`` and ``folds``) and ``random_fallback``, the
-        error of the calibrated estimator on a pair's accuracy difference (its
-        leave-one-out residuals on the sources, :func:`source_calibration`) is
-        compared with a uniformly random ``n``-subset's mean
-        (:func:`random_pair_variance`); where the random subset's is no larger, the
+        mean square error of the calibrated estimator on close source pairs'
+        accuracy differences (its leave-one-out residuals, :func:`source_calibration`)
+        is compared with a uniformly random ``n``-subset mean's, known exactly
+        (:func:`close_pairs`); where the random subset's is no larger, the
         selection is a random subset (``random_seed``) with uniform weights, and
         ``info`` says so and why. Why: where one ability does not carry the
         benchmark (many subtasks with llm-by-subtask effects), the informative
@@ -725,9 +746,13 @@ class PreparedBayes:
             )
         cal, residuals = fitted
         if self.random_fallback and self.source is not None:
+            if self._pairs is None:
+                self._pairs = close_pairs(self.source)
+            a, b, item_var = self._pairs
             share = (self.n_seen - n) / self.n_seen  # the unchosen items' part of the accuracy
-            ours = 2.0 * share**2 * float(np.var(residuals, ddof=1))
-            theirs = random_pair_variance(self.source, n)
+            miss = share * (residuals[a] - residuals[b])
+            ours = float(np.nanmean(miss**2)) if np.isfinite(miss).any() else np.inf
+            theirs = (1.0 - n / self.n_seen) / n * float(item_var.mean())
             if theirs <= ours:
                 rng = np.random.default_rng(random_seed)
                 items = np.sort(rng.choice(self.n_seen, size=n, replace=False))
@@ -738,7 +763,7 @@ class PreparedBayes:
                         "estimator": RANDOM_FALLBACK,
                         "note": (
                             f"{self.name} returned a random subset of {n}: on the source "
-                            f"llms its mean misses a pair's accuracy difference by "
+                            f"llms its mean misses a close pair's accuracy difference by "
                             f"{100 * theirs**0.5:.1f} points (rms), the calibrated estimator "
                             f"on the informative items by {100 * ours**0.5:.1f}"
                         ),
