@@ -305,6 +305,7 @@ def _curves_chunk(
     if excess is not None:  # the pair's misfit, independent of the full gap
         # the pair's mean expected accuracy: the better llm's minus half the expected gap
         mid = pn_a[:, :, None, None] - 0.5 * e
+        assert population is not None  # excess is population.pair_excess(...)
         extra, rel = _excess_at(excess, population, delta, mid)  # (s, A, G, K, D), (..., 1)
         cond_var = cond_var + extra
         if spread is not None:  # the misfit estimate's sampling error, one draw per row
@@ -434,6 +435,7 @@ def _pair_curves_chunk(
         cond_var = np.maximum(qs[:, i] + qs[:, j] - cov * slope, 0.0)[..., None]  # (s, P, Z, 1)
         if excess is not None:  # the pair's misfit at its mean accuracy and each gap
             mid = 0.5 * (pn[:, i] + pn[:, j])
+            assert population is not None  # excess is population.pair_excess(...)
             extra, rel = _excess_at(excess, population, delta, mid)  # (s, P, Z, G), (s, P, 1, G)
             cond_var = cond_var + extra
             if misfit is not None:
@@ -927,7 +929,8 @@ def design_curves(
         k = check_positive_int(n_llms, "n_llms")
         if k < 2:
             raise UserInputError(f"n_llms must be at least 2 (a pair), got {n_llms}")
-        weights = None if spread is None or pop.n_dims != 1 else spread.weights
+        # spread is None when pop is
+        weights = None if spread is None or pop is None or pop.n_dims != 1 else spread.weights
         study = study_mdads(curves, draws, gap_grid, thr, pop, k, random_seed, weights)  # (S, D)
         attrs = {"ci_kind": "eti", "ci_prob": ci, "n_llms": k}
         res["mdad_study"] = ("n_items", np.quantile(study, 0.5, axis=0, method="lower"), attrs)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -154,6 +154,8 @@ class Population:
         weights = np.asarray(weights, dtype=np.float64)
         if not self.has_pairs:
             return 2.0 * self.excess_variance(weights, positions)[..., None, None]
+        assert self.pair_cov is not None  # has_pairs
+        pair_diag = cast(np.ndarray, self.pair_diag)  # the pair tables come together
         if self.pair_cov.shape[-1] != self.factor.shape[1]:
             raise ValueError(
                 f"the pair tables are of rank {self.pair_cov.shape[-1]} but the factor of rank "
@@ -161,7 +163,7 @@ class Population:
             )
         d = np.swapaxes(weights - 1.0 / weights.shape[-2], -1, -2)  # (..., D, N_b)
         factor = self.factor if positions is None else self.factor[positions]
-        diag = self.pair_diag if positions is None else self.pair_diag[..., positions]
+        diag = pair_diag if positions is None else pair_diag[..., positions]
         low = d @ np.asarray(factor, dtype=np.float64)  # (..., D, k)
         quad = np.einsum("...dk,gbkl,...dl->...dgb", low, self.pair_cov, low)
         n_g, n_b = self.pair_cov.shape[:2]
@@ -411,10 +413,11 @@ class Population:
     def describe(self) -> str:
         """One line: where the population comes from."""
         dims = "" if self.n_dims == 1 else f"{self.n_dims}-D "
+        pair_cov = self.pair_cov
         pairs = (
-            f"; a pair's misfit by accuracy and gap ({self.pair_cov.shape[0]} x "
-            f"{self.pair_cov.shape[1]} cells)"
-            if self.has_pairs
+            f"; a pair's misfit by accuracy and gap ({pair_cov.shape[0]} x "
+            f"{pair_cov.shape[1]} cells)"
+            if pair_cov is not None  # has_pairs
             else "; a pair's misfit as two independent llms' (saved before the pair tables)"
         )
         return (
@@ -429,12 +432,13 @@ class Population:
         ability_dims = (
             ("population_llm",) if self.n_dims == 1 else ("population_llm", "population_dim")
         )
-        data = {
+        data: dict[str, tuple[str | tuple[str, ...], np.ndarray | None]] = {
             "population_ability": (ability_dims, self.ability),
             "population_factor": (("item", "factor_rank"), self.factor.astype(np.float32)),
             "population_diag": ("item", self.diag.astype(np.float32)),
         }
         if self.has_pairs:
+            pair_diag = cast(np.ndarray, self.pair_diag)  # the pair tables come together
             cells = ("pair_group", "pair_band")
             data.update(
                 {
@@ -444,7 +448,7 @@ class Population:
                         (*cells, "factor_rank", "factor_rank_b"),
                         self.pair_cov,
                     ),
-                    "population_pair_diag": ((*cells, "item"), self.pair_diag.astype(np.float32)),
+                    "population_pair_diag": ((*cells, "item"), pair_diag.astype(np.float32)),
                     "population_pair_dof": (cells, self.pair_dof),
                 }
             )

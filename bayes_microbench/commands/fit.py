@@ -13,6 +13,7 @@ import argparse
 import logging
 import sys
 import warnings
+from typing import cast
 
 from ._common import (
     NON_NEGATIVE_INT,
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         IRTConfig.from_dict({**config, "model": args.model})
     check_fit_settings(
         model="2pl" if args.model == "auto" else args.model,
-        discrimination_prior=config.get("discrimination_prior", "lognormal"),
+        discrimination_prior=cast(str, config.get("discrimination_prior", "lognormal")),
         method=args.method,
         backend=args.backend,
         chains=args.chains,

@@ -104,7 +104,7 @@ def nutpie_draws(
     draws ``extension.decide`` asks for, until it returns ``None`` or the budget is
     reached; the draws returned are those of the last checkpoint.
     """
-    settings = dict(
+    settings: dict[str, Any] = dict(
         chains=chains,
         cores=cores,
         seed=seed,
@@ -121,12 +121,13 @@ def nutpie_draws(
         try:
             if extension is None:
                 return run.finish(draws)
-            target: int | None = draws
+            target = draws
             while True:
                 raw, stats = run.advance(target)
-                target = extension.decide(raw, stats)
-                if target is None:
+                following = extension.decide(raw, stats)
+                if following is None:
                     return raw, stats
+                target = following
         finally:
             run.stop()
 
@@ -290,10 +291,11 @@ def _worker(
         import pytensor
 
         with pytensor.config.change_flags(floatX=floatx), _float32_quiet():
-            target: int | None = int(kwargs.pop("draws"))
+            first = int(kwargs.pop("draws"))
+            target: int | None = first
             run = _Checkpointed(
                 model,
-                draws=max(budget or 0, target),
+                draws=max(budget or 0, first),
                 cores=1,
                 checkpoints=budget is not None,
                 **kwargs,

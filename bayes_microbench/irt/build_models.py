@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -567,7 +568,7 @@ machine with 1-minute load average {c["load_average_1min"]} at the end of the fi
 {compaction}{loo}{heldout}"""
 
 
-def _attempts_text(attempts: list[dict[str, Any]], refits: list[dict[str, Any]] = ()) -> str:
+def _attempts_text(attempts: list[dict[str, Any]], refits: Sequence[dict[str, Any]] = ()) -> str:
     """The default fit's refits and the kept fit's draws-extension attempts (empty for one fit)."""
     lines = []
     if len(refits) > 1:
@@ -765,7 +766,11 @@ def rewrite_cards(out_dir: Path = MODELS) -> list[str]:
     for facts_path in sorted(out_dir.glob("*.json")):
         card = json.loads(facts_path.read_text())
         text = _card_markdown(card)
-        write_atomic(facts_path.with_suffix(".md"), lambda tmp, text=text: tmp.write_text(text))
+
+        def write(tmp: Path, text: str = text) -> int:
+            return tmp.write_text(text)
+
+        write_atomic(facts_path.with_suffix(".md"), write)
         done.append(facts_path.stem)
     return done
 

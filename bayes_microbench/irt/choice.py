@@ -183,15 +183,15 @@ def compare_candidates(
             if draws is None:
                 fit = fit_default(responses, model, cfg or None, **fit_kwargs)
             else:  # draws given: no refits, but the data still choose the 2PL's prior
-                chosen = prior_choice(
+                prior_chosen = prior_choice(
                     responses.values, model, cfg, fit_kwargs.get("parameterization", "auto")
                 )
-                if chosen is not None:
-                    cfg["discrimination_prior"] = chosen["prior"]
+                if prior_chosen is not None:
+                    cfg["discrimination_prior"] = prior_chosen["prior"]
                 fit = IRTModel(responses, model, config=cfg or None)
                 fit.fit("nuts", draws=draws, **fit_kwargs)
-                if chosen is not None:
-                    fit.fit_info["prior_choice"] = chosen
+                if prior_chosen is not None:
+                    fit.fit_info["prior_choice"] = prior_chosen
         wall[name] = round(time.perf_counter() - start, 1)
         fits[name] = fit
         elpd[name] = loo(fit, max_draws=max_draws)

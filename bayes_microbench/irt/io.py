@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -153,9 +154,11 @@ def _write(target: Path, groups: dict[str, xr.Dataset], attrs: Any, *, compact: 
         groups = dict(groups, posterior=_compact_posterior(groups["posterior"]))
     out = xr.DataTree.from_dict(groups)
     out.attrs.update(attrs)
-    encoding: dict[str, dict[str, Any]] = {}
+    encoding: dict[str, dict[Hashable, dict[str, Any]]] = {}
     for name, ds in groups.items():
-        enc = {v: {"zlib": True, "complevel": 4} for v in ds.data_vars}
+        enc: dict[Hashable, dict[str, Any]] = {
+            v: {"zlib": True, "complevel": 4} for v in ds.data_vars
+        }
         if compact and name == "posterior":
             for v in PACKED:
                 if v in ds:
@@ -197,7 +200,9 @@ def _expand_compact(tree: xr.DataTree) -> xr.DataTree:
     """A compact file's tree with ``discrimination`` and ``difficulty`` restored (float32)."""
     ds = tree["posterior"].to_dataset()
     a = np.exp(ds["log_discrimination"].astype(np.float64))
-    unpacked = {v: ds[v].astype(np.float32) for v in ("intercept", "guessing") if v in ds.data_vars}
+    unpacked: dict[str, Any] = {
+        v: ds[v].astype(np.float32) for v in ("intercept", "guessing") if v in ds.data_vars
+    }
     ds = ds.drop_vars("log_discrimination").assign(
         discrimination=a.astype(np.float32),
         difficulty=(-ds["intercept"].astype(np.float64) / a).astype(np.float32),
