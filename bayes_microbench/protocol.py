@@ -450,7 +450,7 @@ def _block_cells(
     seen_acc = np.empty((n_runs, n_t))
     unseen_acc = np.empty((n_runs, n_t))
     targets = np.empty((n_runs, n_t), dtype=np.int64)
-    notes: set[str] = set()
+    notes: dict[int, set[str]] = {int(n): set() for n in sizes}  # per size, over the runs
     used = 0
     for r, design in enumerate(designs):
         truth = _truth(values, design)
@@ -472,7 +472,7 @@ def _block_cells(
             est[n][r] = prepared.estimate(sel, truth.target_seen[:, sel.items])
             # keep the selector's categorical notes (e.g. "signal: correctness"),
             # not per-run numbers such as allocations or a free-text "note"
-            notes.update(
+            notes[int(n)].update(
                 f"{k}: {v}"
                 for k, v in sel.info.items()
                 if isinstance(v, str | bool) and k != "note"
@@ -496,7 +496,7 @@ def _block_cells(
                 data.llms,
                 threshold=threshold,
                 boot_seed=_rng(random_seed, _TAG_BOOT, key, int(n_sources), int(n)),
-                extra={"n_source_llms_used": used, "notes": "; ".join(sorted(notes))},
+                extra={"n_source_llms_used": used, "notes": "; ".join(sorted(notes[int(n)]))},
             )
         )
     return out

@@ -258,3 +258,32 @@ def test_gpqa_random_overlaps_the_study(tmp_path):
     for _, row in seen.iterrows():
         lo, hi = study[int(row["n_items"])]
         assert row["reached"] and row["mdad_lower"] <= hi and lo <= row["mdad_upper"], row
+
+
+def test_a_cells_notes_are_its_own_sizes(resp, monkeypatch):
+    """A selector's categorical note at one size is not written into another size's cell."""
+    from bayes_microbench import selectors
+    from bayes_microbench.selectors.base import Selection, weighted_mean_estimate
+
+    class Prepared:
+        def __init__(self, n_seen):
+            self.n_seen = n_seen
+
+        def select(self, n, random_seed=None):
+            info = {"estimator": "big" if n > 10 else "small", "note": f"{n} items"}
+            return Selection(items=np.arange(n), weights=np.full(n, 1 / n), info=info)
+
+        def estimate(self, selection, target):
+            return weighted_mean_estimate(selection, target)
+
+    class BySize:
+        name = "by-size"
+
+        def prepare(self, source, subtask_codes, confidence=None, random_seed=None):
+            return Prepared(source.shape[1])
+
+    monkeypatch.setattr(selectors, "get_selector", lambda name: BySize())
+    designs = design_runs(resp.n_llms, resp.subtask_codes, n_runs=3, n_targets=10, random_seed=0)
+    small, big = run_selector_block(resp, designs, "by-size", 20, [5, 20], random_seed=0)
+    assert small.metrics["notes"] == "estimator: small"
+    assert big.metrics["notes"] == "estimator: big"  # the free-text "note" is left out
