@@ -71,6 +71,7 @@ import logging
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,7 @@ from ..exceptions import UserInputError
 from ..posterior import ItemDraws, item_draws
 from ._cluster import single_blas_thread
 from .base import Seed, Selection, check_size, weighted_mean_estimate
+from .random import PreparedRandom
 
 logger = logging.getLogger(__name__)
 
@@ -699,7 +701,6 @@ class PreparedBayes:
     folds: list[tuple[np.ndarray, ItemDraws]] | None = None
     random_fallback: bool = False
     _cache: dict[int, np.ndarray] = field(default_factory=dict)
-    _pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def order(self, n: int) -> np.ndarray:
         """The first ``n`` items of the greedy order.
@@ -745,34 +746,47 @@ class PreparedBayes:
                 items=chosen, weights=linearized_weights(self.draws, chosen), info=info
             )
         cal, residuals = fitted
-        if self.random_fallback and self.source is not None:
-            if self._pairs is None:
-                self._pairs = close_pairs(self.source)
-            a, b, item_var = self._pairs
-            share = (self.n_seen - n) / self.n_seen  # the unchosen items' part of the accuracy
-            miss = share * (residuals[a] - residuals[b])
-            ours = float(np.nanmean(miss**2)) if np.isfinite(miss).any() else np.inf
-            theirs = (1.0 - n / self.n_seen) / n * float(item_var.mean())
-            if theirs <= ours:
-                rng = np.random.default_rng(random_seed)
-                items = np.sort(rng.choice(self.n_seen, size=n, replace=False))
-                return Selection(
-                    items=items,
-                    weights=np.full(n, 1.0 / n),
-                    info={
-                        "estimator": RANDOM_FALLBACK,
-                        "note": (
-                            f"{self.name} returned a random subset of {n}: on the source "
-                            f"llms its mean misses a close pair's accuracy difference by "
-                            f"{100 * theirs**0.5:.1f} points (rms), the calibrated estimator "
-                            f"on the informative items by {100 * ours**0.5:.1f}"
-                        ),
-                    },
-                )
+        if self.random_fallback:
+            instead = self._random_if_better(n, residuals, random_seed)
+            if instead is not None:
+                return instead
         info["estimator"] = "posterior mean, calibrated on the source llms"
         info["calibration"] = [float(v) for v in cal]
         return Selection(
             items=chosen, weights=linearized_weights(self.draws, chosen, cal), info=info
+        )
+
+    @cached_property
+    def _close_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`close_pairs` of the sources, once per prepared selector."""
+        assert self.source is not None
+        return close_pairs(self.source)
+
+    def _random_if_better(
+        self, n: int, residuals: np.ndarray, random_seed: Seed
+    ) -> Selection | None:
+        """The random subset :meth:`select` returns where it ranks close pairs better, else None.
+
+        ``residuals``: the calibration line's leave-one-out residuals by source row
+        (:func:`source_calibration`). The subset is the ``random`` selector's draw.
+        """
+        a, b, item_var = self._close_pairs
+        share = (self.n_seen - n) / self.n_seen  # the unchosen items' part of the accuracy
+        miss = share * (residuals[a] - residuals[b])
+        ours = float(np.nanmean(miss**2)) if np.isfinite(miss).any() else np.inf
+        theirs = (1.0 - n / self.n_seen) / n * float(item_var.mean())
+        if theirs > ours:
+            return None
+        drawn = PreparedRandom(name=self.name, n_seen=self.n_seen).select(n, random_seed)
+        note = (
+            f"{self.name} returned a random subset of {n}: on the source llms its mean misses "
+            f"a close pair's accuracy difference by {100 * theirs**0.5:.1f} points (rms), the "
+            f"calibrated estimator on the informative items by {100 * ours**0.5:.1f}"
+        )
+        return Selection(
+            items=np.sort(drawn.items),
+            weights=drawn.weights,
+            info={"estimator": RANDOM_FALLBACK, "note": note},
         )
 
     def estimate(self, selection: Selection, target: np.ndarray) -> np.ndarray:
