@@ -603,15 +603,8 @@ class GridConfig:
 
 
 def fingerprint(responses: Responses) -> str:
-    """SHA-256 of the response values, llm and item ids and subtasks."""
-    h = hashlib.sha256()
-    h.update(np.ascontiguousarray(responses.values).tobytes())
-    for labels in (responses.llms, responses.items, responses.item_subtask):
-        h.update("\x1f".join(map(str, labels)).encode("utf-8"))
-    conf = responses.confidence
-    if conf is not None:
-        h.update(np.ascontiguousarray(conf).tobytes())
-    return h.hexdigest()
+    """SHA-256 of the responses (:meth:`~bayes_microbench.responses.Responses.fingerprint`)."""
+    return responses.fingerprint()
 
 
 def load_target_group(spec: str, responses: Responses) -> np.ndarray:

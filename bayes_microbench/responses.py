@@ -35,6 +35,7 @@ An llm, item or subtask name spelled like a missing value counts as blank.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import warnings
 from collections.abc import Sequence
@@ -556,6 +557,20 @@ class Responses:
     @property
     def is_complete(self) -> bool:
         return self.n_missing == 0
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the response values, llm and item ids, subtasks and confidences.
+
+        Why: saved results (protocol grids, model-choice candidates) name the data they
+        were computed on, so a rerun on other data refuses them or recomputes.
+        """
+        h = hashlib.sha256()
+        h.update(np.ascontiguousarray(self.values).tobytes())
+        for labels in (self.llms, self.items, self.item_subtask):
+            h.update("\x1f".join(map(str, labels)).encode("utf-8"))
+        if self.confidence is not None:
+            h.update(np.ascontiguousarray(self.confidence).tobytes())
+        return h.hexdigest()
 
     def accuracy(self) -> pd.Series:
         """Each llm's accuracy over its observed items."""

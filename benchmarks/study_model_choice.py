@@ -4,14 +4,18 @@ For each matrix, ``bayes_microbench.irt.choice.compare_candidates`` fits every
 candidate (default 1PL, 2PL, ``2pl-md`` with 2, 3 and 4 dimensions) as ``fit``
 does by default (NUTS, draws extended up to the budget), computes PSIS-LOO over
 the observed cells (400 draws) and applies the choice rule of
-docs/decisions/0029. One fresh process per matrix; the table gives each
+docs/decisions/0029. One fresh process per matrix; each candidate's fit, LOO
+and record go to a store folder as it finishes (``--store-root``, default
+``out/model_choice/DATA-seedSEED``), so a study that was stopped resumes
+where it stopped (the large matrices take hours). The table gives each
 candidate's elpd, its difference and dse to the best, its convergence and fit
 time, and which one the rule keeps, with why.
 
 Usage::
 
     .venv/bin/python benchmarks/study_model_choice.py [--data ifeval,gpqa]
-        [--candidates 1pl,2pl,2pl-md:2,2pl-md:3,2pl-md:4] [--seed 0] [--report-only]
+        [--candidates 1pl,2pl,2pl-md:2,2pl-md:3,2pl-md:4] [--seed 0] [--store-root DIR]
+        [--report-only]
 
 Rows go to ``benchmarks/results/model_choice.json``.
 """
@@ -30,11 +34,12 @@ sys.path.insert(0, str(HERE))
 from _report import MATRICES, check_names, cpu_seconds, last_run, rows_note, run_rows, write_section  # noqa: E402
 
 RESULTS = HERE / "results" / "model_choice.json"
+STORE_ROOT = HERE.parent / "out" / "model_choice"
 from bayes_microbench.irt.choice import DEFAULT_CANDIDATES  # noqa: E402
 
 
-def one(data: str, candidates: str, seed: int) -> dict:
-    """Compare the candidates on one matrix; the row the table is made from."""
+def one(data: str, candidates: str, seed: int, store_root: Path) -> dict:
+    """Compare the candidates on one matrix (resuming from its store); the row of the table."""
     from bayes_microbench import load_responses
     from bayes_microbench.exceptions import ConvergenceWarning
     from bayes_microbench.irt.choice import compare_candidates
@@ -43,7 +48,13 @@ def one(data: str, candidates: str, seed: int) -> dict:
     t0, c0 = time.perf_counter(), cpu_seconds()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        _, report = compare_candidates(resp, candidates, random_seed=seed, progressbar=False)
+        _, report = compare_candidates(
+            resp,
+            candidates,
+            store=store_root / f"{data}-seed{seed}",
+            random_seed=seed,
+            progressbar=False,
+        )
     cpu = cpu_seconds() - c0
     return {
         "data": data,
@@ -75,6 +86,15 @@ def table(saved: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _time(run: dict) -> str:
+    """The run's time, and which candidates an earlier, stopped process had fitted."""
+    text = f"{run['wall_seconds']:.0f} s wall, {run['cpu_seconds']:.0f} s CPU"
+    earlier = [r["candidate"] for r in run["rows"] if r.get("from_store")]
+    if not earlier:
+        return "all candidates " + text
+    return f"{text} for the rest; {', '.join(earlier)} read from the store of an earlier process"
+
+
 def report(saved: list[dict]) -> None:
     setup = (
         "`compare_candidates` (what `fit --model auto` and `check --responses` run): every "
@@ -83,8 +103,7 @@ def report(saved: list[dict]) -> None:
         "cells with 400 draws, the rule of docs/decisions/0029. " + rows_note(saved)
     )
     whys = "\n".join(
-        f"- {r['data']} (seed {r['seed']}): kept **{r['chosen']}**: {r['why']} "
-        f"(all candidates {r['wall_seconds']:.0f} s wall, {r['cpu_seconds']:.0f} s CPU)."
+        f"- {r['data']} (seed {r['seed']}): kept **{r['chosen']}**: {r['why']} ({_time(r)})."
         for r in sorted(saved, key=lambda r: (r["data"], r["seed"]))
     )
     write_section(
@@ -107,12 +126,14 @@ def main() -> int:
     parser.add_argument("--data", default="ifeval,gpqa")
     parser.add_argument("--candidates", default=",".join(DEFAULT_CANDIDATES))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--one", nargs=3, metavar=("DATA", "CANDIDATES", "SEED"))
+    parser.add_argument("--store-root", type=Path, default=STORE_ROOT)
+    parser.add_argument("--one", nargs=4, metavar=("DATA", "CANDIDATES", "SEED", "STORE_ROOT"))
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--no-report", action="store_true")
     args = parser.parse_args()
     if args.one:
-        print("ROW " + json.dumps(one(args.one[0], args.one[1], int(args.one[2])), default=float))
+        data, candidates, seed, root = args.one
+        print("ROW " + json.dumps(one(data, candidates, int(seed), Path(root)), default=float))
         return 0
     if args.report_only:
         report(json.loads(RESULTS.read_text())["rows"])
@@ -123,7 +144,7 @@ def main() -> int:
         if not MATRICES[name].exists():
             print(f"{MATRICES[name]} not present; nothing to study", file=sys.stderr)
             return 1
-    jobs = [[d, args.candidates, str(args.seed)] for d in datasets]
+    jobs = [[d, args.candidates, str(args.seed), str(args.store_root)] for d in datasets]
     saved = run_rows(__file__, jobs, lambda r: (r["data"], r["seed"], r["candidates"]), RESULTS)
     if saved is None:
         return 1

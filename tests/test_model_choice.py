@@ -91,6 +91,8 @@ def responses_file(tmp_path):
             ["--model", "2pl", "--candidates", "1pl,2pl"],
             "--candidates applies only to --model auto",
         ),
+        (["--model", "2pl", "--store", "cands"], "--store applies only to --model auto"),
+        (["--model", "auto", "--store", __file__], "is a file; name a folder"),
         (["--model", "auto", "--method", "map"], "--method map: --model auto compares NUTS"),
         (["--model", "auto", "--parameterization", "decoupled"], "drop --parameterization"),
     ],
@@ -110,6 +112,8 @@ def test_check_takes_posteriors_or_responses(responses_file, tmp_path, capsys):
     assert "not both" in capsys.readouterr().err
     assert main(["check", "--responses", str(responses_file), "--candidates", "9pl,2pl"]) == 2
     assert "'9pl'" in capsys.readouterr().err
+    assert main(["check", str(tmp_path / "a.nc"), "--store", str(tmp_path)]) == 2
+    assert "--store applies only with --responses" in capsys.readouterr().err
 
 
 @pytest.mark.long
@@ -137,3 +141,32 @@ def test_fit_auto_keeps_the_1pl_on_1pl_data_and_records_why(tmp_path, capsys):
     saved = load_posterior(out)
     assert saved.model == "1pl" and saved.fit_info["model_choice"]["chosen"] == "1pl"
     assert saved.calibration is not None  # what fit saves by default, auto or not
+
+
+def test_a_store_resumes_a_stopped_comparison_and_refits_what_changed(tmp_path, monkeypatch):
+    """With ``store``, each candidate's fit, LOO and record are written as it finishes; a
+    second call on the same responses and settings reads them (no sampling, same table,
+    the chosen fit read back), and other settings fit again."""
+    import bayes_microbench.irt.choice as choice
+
+    resp = simulate_responses("gpqa", n_llms=24, n_items=12, model="2pl", random_seed=3)
+    kw = {"random_seed": 1, "progressbar": False, "draws": 150, "tune": 150}
+    first, report = choice.compare_candidates(resp, "1pl,2pl", store=tmp_path, **kw)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "1pl.json", "1pl.loo.nc", "1pl.nc", "2pl.json", "2pl.loo.nc", "2pl.nc"
+    ]  # fmt: skip
+    assert not any(r["from_store"] for r in report["rows"])
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("a stored candidate was fitted again")
+
+    monkeypatch.setattr(choice, "_fit_candidate", no_sampling)
+    again, resumed = choice.compare_candidates(resp, "1pl,2pl", store=tmp_path, **kw)
+    assert all(r["from_store"] for r in resumed["rows"])
+    for key in ("candidate", "elpd_loo", "se", "p_loo", "elpd_diff", "dse", "converged"):
+        assert [r[key] for r in resumed["rows"]] == [r[key] for r in report["rows"]]
+    assert resumed["chosen"] == report["chosen"] and again.config.model == first.config.model
+    ours = first.posterior["discrimination"].to_numpy()
+    np.testing.assert_allclose(again.posterior["discrimination"].to_numpy(), ours, rtol=1e-6)
+    with pytest.raises(AssertionError, match="fitted again"):  # another seed: not reused
+        choice.compare_candidates(resp, "1pl,2pl", store=tmp_path, **(kw | {"random_seed": 2}))

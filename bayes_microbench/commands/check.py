@@ -24,6 +24,7 @@ from ._common import (
     add_output_flags,
     add_responses,
     add_seed,
+    check_output_folder,
     print_json,
     print_model_choice,
 )
@@ -45,6 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="LIST",
         help="with --responses: the models fitted and ranked, simplest first (default "
         "1pl,2pl,2pl-md:2,2pl-md:3,2pl-md:4)",
+    )
+    p.add_argument(
+        "--store",
+        default=None,
+        metavar="DIR",
+        help="with --responses: keep each candidate's fit in DIR as it finishes; the same "
+        "command again with the same DIR resumes where it stopped",
     )
     p.add_argument(
         "--max-draws",
@@ -77,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.responses:
         return _rank_candidates(args)
-    if args.candidates is not None:
-        raise ConfigurationError("--candidates applies only with --responses; drop it")
+    for name, value in (("--candidates", args.candidates), ("--store", args.store)):
+        if value is not None:
+            raise ConfigurationError(f"{name} applies only with --responses; drop it")
     fits = {
         name: load_posterior(p)
         for name, p in zip(_names(args.posteriors), args.posteriors, strict=True)
@@ -130,11 +139,14 @@ def _rank_candidates(args: argparse.Namespace) -> int:
     from ..irt.choice import compare_candidates, parse_candidates
 
     candidates = parse_candidates(args.candidates)
+    if args.store is not None:
+        check_output_folder(args.store, "--store")
     resp = load_responses(args.responses, args.items)
     _, report = compare_candidates(
         resp,
         candidates,
         max_draws=args.max_draws,
+        store=args.store,
         random_seed=args.seed,
         progressbar=False,
     )

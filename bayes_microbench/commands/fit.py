@@ -22,6 +22,7 @@ from ._common import (
     add_responses,
     add_seed,
     check_output_file,
+    check_output_folder,
     print_json,
     print_model_choice,
     whole_number,
@@ -53,6 +54,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="LIST",
         help="--model auto: the models compared, simplest first (default "
         "1pl,2pl,2pl-md:2,2pl-md:3,2pl-md:4; 2pl-md:D has D ability dimensions)",
+    )
+    p.add_argument(
+        "--store",
+        default=None,
+        metavar="DIR",
+        help="--model auto: keep each candidate's fit in DIR as it finishes; the same "
+        "command again with the same DIR resumes where it stopped",
     )
     p.add_argument(
         "--dims",
@@ -169,10 +177,14 @@ def run(args: argparse.Namespace) -> int:
         from ..irt.choice import parse_candidates
 
         candidates = parse_candidates(args.candidates)
-    elif args.candidates is not None:
-        raise UserInputError(
-            f"--candidates applies only to --model auto (got --model {args.model}); drop it"
-        )
+        if args.store is not None:
+            check_output_folder(args.store, "--store")
+    else:
+        for name, value in (("--candidates", args.candidates), ("--store", args.store)):
+            if value is not None:
+                raise UserInputError(
+                    f"{name} applies only to --model auto (got --model {args.model}); drop it"
+                )
     # every setting, before any data is read (the messages name this command's flags)
     if args.model != "auto":  # auto: each candidate's configuration is its own
         IRTConfig.from_dict({**config, "model": args.model})
@@ -201,7 +213,12 @@ def run(args: argparse.Namespace) -> int:
             from ..irt.choice import compare_candidates
 
             model, _ = compare_candidates(
-                resp, candidates, config=config or None, draws=args.draws, **settings
+                resp,
+                candidates,
+                config=config or None,
+                draws=args.draws,
+                store=args.store,
+                **settings,
             )
         elif args.method == "nuts" and args.draws is None:
             # the data decide the chain length, within DRAWS_BUDGET draws per chain

@@ -11,9 +11,12 @@ nothing, and an unconverged fit's LOO is not evidence (docs/decisions/0029).
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 from .._validate import param
@@ -131,6 +134,7 @@ def compare_candidates(
     config: dict[str, Any] | None = None,
     draws: int | None = None,
     max_draws: int = 400,
+    store: str | os.PathLike[str] | None = None,
     **fit_kwargs: Any,
 ) -> tuple[Any, dict[str, Any]]:
     """Fit every candidate as ``fit`` does by default, rank them by PSIS-LOO, choose by :data:`RULE`.
@@ -149,6 +153,12 @@ def compare_candidates(
         does (:func:`~bayes_microbench.irt.model.fit_default`).
     max_draws
         Posterior draws per PSIS-LOO.
+    store
+        A folder for each candidate's fit (``NAME.nc``), its PSIS-LOO (``NAME.loo.nc``)
+        and its record (``NAME.json``, written last). With it, each fit leaves memory
+        once its LOO is taken (the chosen one is read back at the end), and a
+        comparison that was stopped resumes: a candidate whose record names these
+        responses and settings is read, not refitted.
     **fit_kwargs
         Passed to each fit (``chains``, ``tune``, ``random_seed``, ``progressbar`` ...).
 
@@ -156,19 +166,21 @@ def compare_candidates(
     -------
     The chosen fitted :class:`~bayes_microbench.irt.IRTModel` (its ``fit_info["model_choice"]``
     holds the report) and the report: ``rule``, ``rows`` (every candidate, best
-    elpd first, with ``converged`` and ``wall_seconds``), ``chosen``, ``why``.
+    elpd first, with ``converged``, ``wall_seconds`` and ``from_store``), ``chosen``, ``why``.
 
     Why: which IRT model a benchmark needs is a property of its data (GPQA: a second
     ability dimension; MMLU: the 2PL), so the tool measures it instead of assuming it.
     """
     from .checks import loo, loo_rows
-    from .model import IRTModel, fit_default
-    from .policy import prior_choice
+    from .model import IRTModel
 
     order = parse_candidates(candidates)
+    folder = None if store is None else Path(store)
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
     fits: dict[str, Any] = {}
     elpd: dict[str, Any] = {}
-    wall: dict[str, float] = {}
+    records: dict[str, dict[str, Any]] = {}
     for name in order:
         model, entries = parse_candidate(name)
         cfg = dict(config or {})
@@ -177,38 +189,40 @@ def compare_candidates(
         if model != "3pl":
             cfg.pop("n_options", None)
         cfg.update(entries)
+        settings = _settings(responses, name, cfg, draws, max_draws, fit_kwargs)
+        kept = None if folder is None else _read_candidate(folder, name, settings)
+        if kept is not None:
+            elpd[name], records[name] = kept
+            logger.info("candidate %s: read from %s", name, folder)
+            continue
         start = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)  # recorded per candidate
-            if draws is None:
-                fit = fit_default(responses, model, cfg or None, **fit_kwargs)
-            else:  # draws given: no refits, but the data still choose the 2PL's prior
-                prior_chosen = prior_choice(
-                    responses.values, model, cfg, fit_kwargs.get("parameterization", "auto")
-                )
-                if prior_chosen is not None:
-                    cfg["discrimination_prior"] = prior_chosen["prior"]
-                fit = IRTModel(responses, model, config=cfg or None)
-                fit.fit("nuts", draws=draws, **fit_kwargs)
-                if prior_chosen is not None:
-                    fit.fit_info["prior_choice"] = prior_chosen
-        wall[name] = round(time.perf_counter() - start, 1)
-        fits[name] = fit
+        fit = _fit_candidate(responses, model, cfg, draws, fit_kwargs)
+        wall = round(time.perf_counter() - start, 1)
         elpd[name] = loo(fit, max_draws=max_draws)
+        records[name] = {
+            "settings": settings,
+            "converged": bool(fit.converged),
+            "problems": fit.convergence_problems(),
+            "wall_seconds": wall,
+            "from_store": False,
+        }
         logger.info(
             "candidate %s: %s in %.0f s, elpd_loo %.1f",
             name,
             "converged" if fit.converged else "NOT converged",
-            wall[name],
+            wall,
             float(elpd[name].elpd),
         )
+        if folder is None:
+            fits[name] = fit
+        else:
+            _write_candidate(folder, name, fit, elpd[name], records[name])
+            del fit
     rows = loo_rows(elpd, key="candidate")
     for r in rows:
-        fit = fits[r["candidate"]]
-        r["converged"] = bool(fit.converged)
-        r["problems"] = fit.convergence_problems()
-        r["wall_seconds"] = wall[r["candidate"]]
-    good = [n for n in order if fits[n].converged]
+        rec = records[r["candidate"]]
+        r.update({k: rec[k] for k in ("converged", "problems", "wall_seconds", "from_store")})
+    good = [n for n in order if records[n]["converged"]]
     if len(good) > 1:
         chosen, why = choose(loo_rows({n: elpd[n] for n in good}, key="candidate"), order)
     elif good:
@@ -225,6 +239,113 @@ def compare_candidates(
         "why": why,
         "max_draws": max_draws,
     }
-    best = fits[chosen]
+    if folder is None:
+        best = fits[chosen]
+    else:
+        best = IRTModel.load(folder / f"{_file_stem(chosen)}.nc", responses=responses)
     best.fit_info["model_choice"] = report
     return best, report
+
+
+def _fit_candidate(
+    responses: Responses,
+    model: str,
+    cfg: dict[str, Any],
+    draws: int | None,
+    fit_kwargs: dict[str, Any],
+) -> Any:
+    """One candidate fitted as ``fit`` does (draws extended when ``draws`` is None)."""
+    from .model import IRTModel, fit_default
+    from .policy import prior_choice
+
+    cfg = dict(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # recorded per candidate
+        if draws is None:
+            return fit_default(responses, model, cfg or None, **fit_kwargs)
+        # draws given: no refits, but the data still choose the 2PL's prior
+        prior_chosen = prior_choice(
+            responses.values, model, cfg, fit_kwargs.get("parameterization", "auto")
+        )
+        if prior_chosen is not None:
+            cfg["discrimination_prior"] = prior_chosen["prior"]
+        fit = IRTModel(responses, model, config=cfg or None)
+        fit.fit("nuts", draws=draws, **fit_kwargs)
+        if prior_chosen is not None:
+            fit.fit_info["prior_choice"] = prior_chosen
+        return fit
+
+
+def _file_stem(name: str) -> str:
+    """A candidate's file name in a store: ``2pl-md:3`` -> ``2pl-md-3``."""
+    return name.replace(":", "-")
+
+
+def _settings(
+    responses: Responses,
+    name: str,
+    cfg: dict[str, Any],
+    draws: int | None,
+    max_draws: int,
+    fit_kwargs: dict[str, Any],
+) -> dict[str, Any]:
+    """What a stored candidate must match to be reused (JSON-ready)."""
+    fit = {k: v for k, v in sorted(fit_kwargs.items()) if k != "progressbar"}
+    settings = {
+        "candidate": name,
+        "responses": responses.fingerprint(),
+        "config": cfg,
+        "draws": draws,
+        "max_draws": max_draws,
+        "fit": fit,
+    }
+    return json.loads(json.dumps(settings, default=str))
+
+
+def _write_candidate(folder: Path, name: str, fit: Any, res: Any, record: dict[str, Any]) -> None:
+    """Save a candidate's fit and PSIS-LOO, then its record (what marks it complete)."""
+    import xarray as xr
+
+    from ..io import write_atomic
+
+    stem = _file_stem(name)
+    fit.save(folder / f"{stem}.nc")
+    scalars = {f: _plain(getattr(res, f)) for f in _LOO_SCALARS}
+    ds = xr.Dataset({"elpd_i": res.elpd_i, "pareto_k": res.pareto_k})
+    ds.attrs["scalars_json"] = json.dumps(scalars, default=float)
+    write_atomic(folder / f"{stem}.loo.nc", ds.to_netcdf)
+    text = json.dumps(record, indent=1, default=float)
+    write_atomic(folder / f"{stem}.json", lambda tmp: tmp.write_text(text))
+
+
+def _read_candidate(
+    folder: Path, name: str, settings: dict[str, Any]
+) -> tuple[Any, dict[str, Any]] | None:
+    """A stored candidate's PSIS-LOO and record, or None where absent or made otherwise."""
+    import xarray as xr
+    from arviz_stats.utils import ELPDDataLOO
+
+    stem = _file_stem(name)
+    paths = [folder / f"{stem}{ext}" for ext in (".json", ".loo.nc", ".nc")]
+    if not all(p.exists() for p in paths):
+        return None
+    record = json.loads(paths[0].read_text())
+    if record.get("settings") != settings:
+        logger.info("candidate %s: the stored fit was made otherwise; fitting again", name)
+        return None
+    with xr.open_dataset(paths[1]) as ds:
+        ds = ds.load()
+    scalars = json.loads(ds.attrs["scalars_json"])
+    res = ELPDDataLOO(
+        **scalars, elpd_i=ds["elpd_i"], pareto_k=ds["pareto_k"], approx_posterior=False
+    )
+    return res, dict(record, from_store=True)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as its Python value (JSON keeps ints ints); others as they are."""
+    return value.item() if hasattr(value, "item") else value
+
+
+#: The scalar fields of a PSIS-LOO result a store keeps beside its pointwise values.
+_LOO_SCALARS = ("elpd", "se", "p", "n_samples", "n_data_points", "scale", "warning", "good_k")
