@@ -92,7 +92,7 @@ from ..ability import (
 from ..exceptions import UserInputError
 from ..posterior import ItemDraws, item_draws
 from ._cluster import single_blas_thread
-from .base import Seed, Selection, check_size, weighted_mean_estimate
+from .base import Seed, Selection, check_size
 from .random import PreparedRandom
 
 logger = logging.getLogger(__name__)
@@ -115,7 +115,10 @@ MIN_CLOSE_PAIRS = 20
 #: quadratic in them.
 MAX_PAIR_SOURCES = 400
 #: ``Selection.info["estimator"]`` of a size given a random subset (:meth:`PreparedBayes.select`).
-RANDOM_FALLBACK = "subset mean of a random subset (it ranks the source llms' pairs better)"
+RANDOM_FALLBACK = (
+    "posterior mean of a random subset, calibrated on the source llms "
+    "(it ranks the source llms' pairs better)"
+)
 #: Population nodes above :data:`~bayes_microbench.ability.MAX_GRID_DIMS` ability dims:
 #: a scrambled Sobol set (seed 0, so the selection is deterministic) mapped to Normal(0, I_D).
 N_QMC_NODES = 256
@@ -768,25 +771,41 @@ class PreparedBayes:
         """The random subset :meth:`select` returns where it ranks close pairs better, else None.
 
         ``residuals``: the calibration line's leave-one-out residuals by source row
-        (:func:`source_calibration`). The subset is the ``random`` selector's draw.
+        (:func:`source_calibration`) on the informative subset. The random subset is
+        the ``random`` selector's draw, calibrated the same way, and the two are
+        compared on the same footing: the close pairs' mean square difference of
+        leave-one-out residuals.
         """
+        drawn = PreparedRandom(name=self.name, n_seen=self.n_seen).select(n, random_seed)
+        items = np.sort(drawn.items)
+        assert self.source is not None and self.folds is not None
+        fitted = source_calibration(self.folds, self.source, items)
+        if fitted is None:
+            return None
+        cal, theirs_res = fitted
         a, b, item_var = self._close_pairs
         share = (self.n_seen - n) / self.n_seen  # the unchosen items' part of the accuracy
-        miss = share * (residuals[a] - residuals[b])
-        ours = float(np.nanmean(miss**2)) if np.isfinite(miss).any() else np.inf
-        theirs = (1.0 - n / self.n_seen) / n * float(item_var.mean())
+        ours, theirs = (
+            float(np.nanmean(d**2)) if np.isfinite(d).any() else np.inf
+            for d in (share * (res[a] - res[b]) for res in (residuals, theirs_res))
+        )
         if theirs > ours:
             return None
-        drawn = PreparedRandom(name=self.name, n_seen=self.n_seen).select(n, random_seed)
+        plain = (1.0 - n / self.n_seen) / n * float(item_var.mean())
         note = (
-            f"{self.name} returned a random subset of {n}: on the source llms its mean misses "
-            f"a close pair's accuracy difference by {100 * theirs**0.5:.1f} points (rms), the "
-            f"calibrated estimator on the informative items by {100 * ours**0.5:.1f}"
+            f"{self.name} returned a random subset of {n}: on the source llms its calibrated "
+            f"estimate misses a close pair's accuracy difference by {100 * theirs**0.5:.1f} "
+            f"points (rms; its plain mean by {100 * plain**0.5:.1f}), the informative items' "
+            f"by {100 * ours**0.5:.1f}"
         )
         return Selection(
-            items=np.sort(drawn.items),
-            weights=drawn.weights,
-            info={"estimator": RANDOM_FALLBACK, "note": note},
+            items=items,
+            weights=linearized_weights(self.draws, items, cal),
+            info={
+                "estimator": RANDOM_FALLBACK,
+                "calibration": [float(v) for v in cal],
+                "note": note,
+            },
         )
 
     def estimate(self, selection: Selection, target: np.ndarray) -> np.ndarray:
@@ -797,8 +816,6 @@ class PreparedBayes:
         selection carries a ``calibration``) times their number.
         """
         y = np.asarray(target, dtype=np.float64)
-        if selection.info.get("estimator") == RANDOM_FALLBACK:
-            return weighted_mean_estimate(selection, y)
         m, fill = predict_unchosen(self.draws, y, selection.items)
         n_unchosen = self.n_seen - selection.n
         cal = selection.info.get("calibration")
