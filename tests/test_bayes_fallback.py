@@ -160,3 +160,39 @@ def test_select_says_when_it_returned_a_random_subset(tmp_path, capsys):
     assert doc["n_items"] == 200
     weights = np.array([i["weight"] for i in doc["items"]])
     assert np.all(weights > 0) and weights.sum() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_pair_noise_is_blind_to_shrinkage_and_sees_the_noise():
+    """The fallback's yardstick: shrinking every estimate toward the mean changes
+    nothing (the pairs' order is the same), more noise is worse, a constant
+    estimate ranks nothing."""
+    rng = np.random.default_rng(3)
+    truth = rng.uniform(0.2, 0.8, 200)
+    noise = rng.normal(0.0, 0.02, 200)
+    a, b = np.triu_indices(200, 1)
+    close = np.abs(truth[a] - truth[b]) <= bf.CLOSE_GAP
+    a, b = a[close], b[close]
+    base = bf.pair_noise(truth, truth + noise, a, b)
+    shrunk = bf.pair_noise(truth, 0.5 + 0.1 * (truth - 0.5) + 0.1 * noise, a, b)
+    assert shrunk == pytest.approx(base, rel=1e-9)
+    # what a plain mean square error of the differences would have preferred
+    mse = np.mean(((truth + noise)[a] - (truth + noise)[b] - (truth[a] - truth[b])) ** 2)
+    mse_shrunk = np.mean(((0.1 * (truth + noise))[a] - (0.1 * (truth + noise))[b]
+                          - (truth[a] - truth[b])) ** 2)  # fmt: skip
+    assert mse_shrunk < mse
+    # the noise of the difference, about 2 * 0.02**2 before the line takes its share
+    assert base == pytest.approx(2 * 0.02**2, rel=0.2)
+    assert bf.pair_noise(truth, truth + 2 * noise, a, b) > 3.5 * base
+    assert bf.pair_noise(truth, np.full(200, 0.5), a, b) == np.inf
+    assert bf.pair_noise(truth, 1.0 - truth, a, b) == np.inf  # ranks every pair backwards
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_few_random_items_do_not_displace_the_informative_ones_on_one_ability(seed):
+    """At 10 items a calibrated line on random items shrinks every source to the mean:
+    a small error, no order. Where one ability holds the informative items stay."""
+    y, codes = subtask_world(seed, effect=0.0)
+    prepared = BayesFisherSelector().prepare(y[:250], codes, None, seed)
+    for n in (5, 10, 25):
+        sel = prepared.select(n, random_seed=seed)
+        assert sel.info["estimator"] != bf.RANDOM_FALLBACK, n

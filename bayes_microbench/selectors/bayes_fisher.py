@@ -45,17 +45,19 @@ for ability), uniform as the subset approaches the full set. The design tools
 evaluate designs through these weights.
 
 Random fallback (``random_fallback=True``, the default, with a calibration): at
-each size the calibrated estimator's error on a pair's accuracy difference,
-from its leave-one-out residuals on the sources, is compared with that of a
-uniformly random subset's mean, known exactly from the sources
-(:func:`close_pairs`: pairs within :data:`CLOSE_GAP`, the kind MDAD is made
-of); where the random subset's is no larger the
-selection is a random subset with uniform weights, estimated by its mean, and
-``Selection.info["note"]`` says so. Why: on a benchmark that one ability does
-not carry (BBH: 24 subtasks with llm-by-subtask effects) the informative items
-stop representing the rest as the subset grows, while a random subset's error
-keeps falling; the sources say where the two cross
-(docs/decisions/0041-bayesian-selectors-fall-back-to-random.md).
+each size the noise the calibrated estimator adds to close pairs' accuracy
+differences (:func:`pair_noise` over :func:`close_pairs`: pairs within
+:data:`CLOSE_GAP`, the kind MDAD is made of), from its leave-one-out estimates
+of the sources, is compared on the informative items and on a uniformly random
+subset calibrated the same way; where the random subset's is no larger the
+selection is that subset, with its own calibration and weights, and
+``Selection.info["note"]`` says so. Why:
+on a benchmark that one ability does not carry (BBH: 24 subtasks with
+llm-by-subtask effects) the informative items stop representing the rest as
+the subset grows, while a random subset's mean keeps carrying them and the
+model still removes part of its item-sampling noise; the sources say where the
+two cross (docs/decisions/0041-bayesian-selectors-fall-back-to-random.md,
+0042-the-random-fallback-is-calibrated-too.md).
 
 A ``2pl-md`` posterior (``with_item_draws(draws)``, ``draws.n_dims > 1``) is
 selected in ``D`` dims with the same criteria; the weights and the estimator
@@ -683,6 +685,43 @@ def close_pairs(source: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return rows[a], rows[b], item_var
 
 
+def pair_noise(truth: np.ndarray, estimate: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
+    """How much noise an estimator adds to close pairs' accuracy differences, in accuracy units.
+
+    Parameters
+    ----------
+    truth, estimate
+        Each llm's accuracy and its estimate (NaN: left out).
+    a, b
+        Rows of the pairs (:func:`close_pairs`).
+
+    Returns
+    -------
+    ``mean((e_a - e_b)**2) / c**2`` over the pairs, where ``estimate = mu + c * truth
+    + e`` is the least-squares line over the llms; ``inf`` where ``c`` is not positive
+    or nothing is left.
+
+    Why: a pair is ranked right when its estimated difference ``c * d + (e_a - e_b)``
+    has the sign of the true one ``d``, so the odds depend on the noise relative to
+    the slope. The plain mean square error of the difference would favour an
+    estimator that shrinks every llm toward the mean (``c`` near 0: a small error on a
+    close pair, and a coin toss for its order), which a calibrated line on a few
+    random items does.
+    """
+    ok = np.isfinite(truth) & np.isfinite(estimate)
+    if ok.sum() < 3:
+        return np.inf
+    x = np.column_stack([np.ones(ok.sum()), truth[ok]])
+    coef, *_ = np.linalg.lstsq(x, estimate[ok], rcond=None)
+    if coef[1] <= 1e-9:  # no slope, or a backward one (rounding leaves a constant ~1e-17)
+        return np.inf
+    e = np.full(truth.shape, np.nan)
+    e[ok] = estimate[ok] - x @ coef
+    d = e[a] - e[b]
+    d = d[np.isfinite(d)]
+    return float(np.mean(d**2) / coef[1] ** 2) if d.size else np.inf
+
+
 @dataclass
 class PreparedBayes:
     """Shared prepared state of the Bayesian selectors (order, weights, estimator).
@@ -728,12 +767,12 @@ class PreparedBayes:
         """The first ``n`` items of the greedy order, or a random subset where that is better.
 
         With a calibration (``source`` and ``folds``) and ``random_fallback``, the
-        mean square error of the calibrated estimator on close source pairs'
-        accuracy differences (its leave-one-out residuals, :func:`source_calibration`)
-        is compared with a uniformly random ``n``-subset mean's, known exactly
-        (:func:`close_pairs`); where the random subset's is no larger, the
-        selection is a random subset (``random_seed``) with uniform weights, and
-        ``info`` says so and why. Why: where one ability does not carry the
+        noise the calibrated estimator adds to close source pairs' accuracy
+        differences (:func:`pair_noise` of its leave-one-out estimates,
+        :func:`source_calibration`; pairs from :func:`close_pairs`) is compared on
+        these items and on a uniformly random ``n``-subset (``random_seed``)
+        calibrated the same way; where the random subset's is no larger, the
+        selection is the random subset, and ``info`` says so and why. Why: where one ability does not carry the
         benchmark (many subtasks with llm-by-subtask effects), the informative
         items stop representing the rest as ``n`` grows, and past a size a random
         subset's mean, unbiased whatever the model, ranks pairs better.
@@ -772,9 +811,8 @@ class PreparedBayes:
 
         ``residuals``: the calibration line's leave-one-out residuals by source row
         (:func:`source_calibration`) on the informative subset. The random subset is
-        the ``random`` selector's draw, calibrated the same way, and the two are
-        compared on the same footing: the close pairs' mean square difference of
-        leave-one-out residuals.
+        the ``random`` selector's draw, calibrated the same way; the two are compared
+        by :func:`pair_noise` of their leave-one-out estimates on the sources.
         """
         drawn = PreparedRandom(name=self.name, n_seen=self.n_seen).select(n, random_seed)
         items = np.sort(drawn.items)
@@ -785,18 +823,16 @@ class PreparedBayes:
         cal, theirs_res = fitted
         a, b, item_var = self._close_pairs
         share = (self.n_seen - n) / self.n_seen  # the unchosen items' part of the accuracy
-        ours, theirs = (
-            float(np.nanmean(d**2)) if np.isfinite(d).any() else np.inf
-            for d in (share * (res[a] - res[b]) for res in (residuals, theirs_res))
-        )
+        acc = self._source_accuracy
+        ours, theirs = (pair_noise(acc, acc - share * res, a, b) for res in (residuals, theirs_res))
         if theirs > ours:
             return None
         plain = (1.0 - n / self.n_seen) / n * float(item_var.mean())
         note = (
             f"{self.name} returned a random subset of {n}: on the source llms its calibrated "
-            f"estimate misses a close pair's accuracy difference by {100 * theirs**0.5:.1f} "
-            f"points (rms; its plain mean by {100 * plain**0.5:.1f}), the informative items' "
-            f"by {100 * ours**0.5:.1f}"
+            f"estimate blurs a close pair's accuracy difference by {100 * theirs**0.5:.1f} "
+            f"points (rms, in accuracy once its shrinkage is undone; its plain mean by "
+            f"{100 * plain**0.5:.1f}), the informative items' by {100 * ours**0.5:.1f}"
         )
         return Selection(
             items=items,
@@ -807,6 +843,14 @@ class PreparedBayes:
                 "note": note,
             },
         )
+
+    @cached_property
+    def _source_accuracy(self) -> np.ndarray:
+        """Each source llm's accuracy on the seen items (NaN without a response)."""
+        assert self.source is not None
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanmean(self.source, axis=1)
 
     def estimate(self, selection: Selection, target: np.ndarray) -> np.ndarray:
         """Accuracy on the full seen set given the chosen items' responses.
