@@ -376,8 +376,10 @@ def diagnose(resp, bench: Bench, runs: int) -> dict:
     ``posterior mean`` (bayes-ranking's items and estimator, as in the grid without its
     random fallback);
     ``subset mean`` (its items, plain accuracy on them); ``random + posterior mean``
-    (uniform random items, the same posterior-mean estimator); ``random + subset
-    mean`` (plain random sampling). And the *model floor*: the 2PL's predicted
+    (uniform random items, the posterior-mean estimator without a calibration);
+    ``random + calibrated posterior mean`` (the same items, the estimator calibrated on
+    the sources for them, as the random fallback does); ``random + subset mean`` (plain
+    random sampling). And the *model floor*: the 2PL's predicted
     seen accuracy of each target given its ability posterior from ALL its seen
     responses, against its real seen accuracy: what the fitted model cannot
     predict whatever items are chosen.
@@ -395,12 +397,19 @@ def diagnose(resp, bench: Bench, runs: int) -> dict:
     )
     from bayes_microbench.selectors import get_selector
     from bayes_microbench.selectors.base import Selection
+    from bayes_microbench.selectors.bayes_fisher import source_calibration
 
     name = "bayes-ranking"
     designs = design_runs(
         resp.n_llms, resp.subtask_codes, n_runs=runs, n_targets=bench.targets, random_seed=0
     )
-    kinds = ("posterior mean", "subset mean", "random + posterior mean", "random + subset mean")
+    kinds = (
+        "posterior mean",
+        "subset mean",
+        "random + posterior mean",
+        "random + calibrated posterior mean",
+        "random + subset mean",
+    )
     err: dict[str, dict[int, list[float]]] = {k: {n: [] for n in SIZES} for k in kinds}
     floor: list[float] = []
     t0 = time.perf_counter()
@@ -421,10 +430,15 @@ def diagnose(resp, bench: Bench, runs: int) -> dict:
             sel = prepared.select(n)
             rnd_items = np.sort(rng.choice(prepared.n_seen, size=n, replace=False))
             rnd = Selection(items=rnd_items, weights=np.full(n, 1.0 / n))
+            assert prepared.folds is not None and prepared.source is not None
+            fitted = source_calibration(prepared.folds, prepared.source, rnd_items)
+            cal = None if fitted is None else [float(v) for v in fitted[0]]
+            rnd_cal = Selection(items=rnd_items, weights=rnd.weights, info={"calibration": cal})
             ests = {
                 "posterior mean": prepared.estimate(sel, y[:, sel.items]),
                 "subset mean": _nanmean_rows(y[:, sel.items]),
                 "random + posterior mean": prepared.estimate(rnd, y[:, rnd_items]),
+                "random + calibrated posterior mean": prepared.estimate(rnd_cal, y[:, rnd_items]),
                 "random + subset mean": _nanmean_rows(y[:, rnd_items]),
             }
             for k, e in ests.items():
@@ -463,6 +477,7 @@ def diagnosis_lines(d: dict) -> list[str]:
     e = d["error"]
     big, small = str(SIZES[-1]), str(SIZES[0])
     pm, rpm, rsm = e["posterior mean"], e["random + posterior mean"], e["random + subset mean"]
+    rcal = e.get("random + calibrated posterior mean")
     lines += [
         "Reading: the posterior-mean estimator's error stays near the model floor "
         f"({d['floor']:.1f}) at every size ({pm[small]:.1f} at n={small}, {pm[big]:.1f} at "
@@ -471,10 +486,16 @@ def diagnosis_lines(d: dict) -> list[str]:
         f"(random items) takes the error from {rsm[small]:.1f} to {rpm[small]:.1f}, and "
         f"bayes-ranking's items take it to {pm[small]:.1f}. (The diagnosis keeps "
         "bayes-ranking's own items at every size; in the grid both Bayesian selectors hand "
-        "a size to a random subset and its mean where, on the sources, that ranks close "
-        "pairs better: docs/decisions/0041.)",
+        "a size to a random subset, its estimate calibrated on the sources, where on the "
+        "sources that ranks close pairs better: docs/decisions/0041, 0042.)",
         "",
     ]
+    if rcal is not None:
+        lines[-2:-1] = [
+            lines[-2]
+            + f" Random items with the calibrated estimator: {rcal[small]:.1f} at n={small}, "
+            + f"{rcal[big]:.1f} at n={big}."
+        ]
     return lines
 
 
