@@ -772,10 +772,11 @@ class PreparedBayes:
         :func:`source_calibration`; pairs from :func:`close_pairs`) is compared on
         these items and on a uniformly random ``n``-subset (``random_seed``)
         calibrated the same way; where the random subset's is no larger, the
-        selection is the random subset, and ``info`` says so and why. Why: where one ability does not carry the
-        benchmark (many subtasks with llm-by-subtask effects), the informative
-        items stop representing the rest as ``n`` grows, and past a size a random
-        subset's mean, unbiased whatever the model, ranks pairs better.
+        selection is the random subset, and ``info`` says so and why. Why: where
+        one ability does not carry the benchmark (many subtasks with llm-by-subtask
+        effects), the informative items stop representing the rest as ``n`` grows,
+        and past a size a random subset, whose mean carries every subtask, ranks
+        pairs better.
         """
         check_size(n, self.n_seen, self.name)
         chosen = np.asarray(self.order(n), dtype=np.int64)
