@@ -52,7 +52,7 @@ from ._defaults import DEFAULT_CI_PROB, DEFAULT_RANK_PROB
 from ._validate import param, step
 from .ability import ability_grid, ability_posterior_samples, scoring_grid
 from .exceptions import UserInputError
-from .misfit import Misfit
+from .misfit import Misfit, observed_residual
 from .posterior import ItemDraws, item_draws
 from .scoring import plugin_response, subset_widening
 
@@ -301,7 +301,9 @@ class AdaptiveState:
         n_unobs = d.n_items - n_obs
         if self.misfit is not None:
             extra = subset_widening(self.misfit.population, d, ability, observed, rng)
-            hits = self.misfit.apply(hits, expected, n_obs, n_unobs, rng, extra)
+            seen = (prob @ observed[0].astype(np.float32)).astype(np.float64)[:, None]
+            residual = observed_residual(np.nansum(y, axis=1), n_obs, seen)
+            hits = self.misfit.apply(hits, expected, n_obs, n_unobs, rng, extra, residual)
         acc = (hits[:, 0] + np.nansum(y)) / d.n_items
         return acc, ability[:, 0], observed[0]
 

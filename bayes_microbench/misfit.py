@@ -50,12 +50,15 @@ class Misfit:
     posterior-predictive mean of ``mean_i p_i(ability)``) and ``t`` its
     actual accuracy there, the recalibrated predictive of ``t`` is::
 
-        centre(m) + scale(m) * R          (clipped to [0, 1])
+        centre(m) + beta * r + scale(m) * R          (clipped to [0, 1])
 
-    where ``centre`` is the least-squares regression of ``t`` on ``m`` and
-    ``scale(m)**2`` that of the squared residuals, both piecewise linear in
-    ``m`` (values at ``knots``, linear in between, held constant beyond the
-    training range of ``m``), and ``R`` is drawn from the EMPIRICAL
+    where ``centre(m) + beta * r`` is the least-squares regression of ``t`` on
+    ``m`` (piecewise linear: values at ``knots``, linear in between, held
+    constant beyond the training range of ``m``) and on the llm's observed
+    residual ``r`` (its accuracy on the observed items minus the IRT
+    prediction there, ``observed_weight`` holding ``beta``), ``scale(m)**2``
+    the piecewise-linear regression of the squared residuals on ``m``, and
+    ``R`` is drawn from the EMPIRICAL
     distribution of the standardized cross-validation residuals
     ``(t - centre(m)) / scale(m)`` (``quantiles`` at probability ``levels``,
     Weibull plotting positions ``k / (cases + 1)``). The equal-tailed
@@ -75,6 +78,13 @@ class Misfit:
     when the IRT predictions vary too much across llms). Everything is given per number of observed
     items ``n_observed`` and interpolated linearly in ``log(n)`` (held
     constant beyond the ends).
+
+    ``beta`` is what the observed items say about the misfit: where the llm
+    beats the model on the items it answered it tends to beat it on the rest
+    too (a secondary ability the model lacks), and the regression learns how
+    far that carries at each size (near 0 for a few items, whose residual is
+    mostly noise; toward 1 for many random ones). A calibration saved before it
+    was added has ``observed_weight`` None and uses ``m`` alone.
     """
 
     n_observed: np.ndarray  # (sizes,)
@@ -91,6 +101,9 @@ class Misfit:
     design: str
     #: the fitted llms as designs see them (``calibrate_fitted`` adds it; None otherwise)
     population: Population | None = None
+    #: (sizes,): weight of the observed residual in the centre (None: a calibration from
+    #: before it, whose centre uses ``m`` alone)
+    observed_weight: np.ndarray | None = None
 
     def _weights(self, n_obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Neighbouring calibrated sizes and the weight of the upper one, linear in log n."""
@@ -101,11 +114,17 @@ class Misfit:
         hi = np.minimum(lo + 1, len(grid) - 1)
         return lo, hi, pos - lo
 
-    def at(self, n_obs: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def at(
+        self,
+        n_obs: np.ndarray,
+        predicted: np.ndarray,
+        observed_residual: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(centre, scale)`` of the recalibrated predictive for each llm.
 
-        ``n_obs`` and ``predicted`` (IRT-predicted accuracy on the unobserved
-        items) have one entry per llm.
+        ``n_obs``, ``predicted`` (IRT-predicted accuracy on the unobserved
+        items) and ``observed_residual`` (accuracy on the observed items minus
+        the IRT prediction there; None: 0) have one entry per llm.
         """
         predicted = np.asarray(predicted, dtype=np.float64)
         lo, hi, f = self._weights(n_obs)
@@ -118,6 +137,9 @@ class Misfit:
         cols = np.arange(predicted.shape[-1])
         centre = (1 - f) * c[lo, cols] + f * c[hi, cols]
         var = (1 - f) * v[lo, cols] + f * v[hi, cols]
+        if self.observed_weight is not None and observed_residual is not None:
+            beta = (1 - f) * self.observed_weight[lo] + f * self.observed_weight[hi]
+            centre = centre + beta * np.nan_to_num(np.asarray(observed_residual, dtype=np.float64))
         return centre, np.sqrt(np.maximum(var, 0.0))
 
     def residual_quantile(self, n_obs: np.ndarray, prob: np.ndarray) -> np.ndarray:
@@ -139,6 +161,7 @@ class Misfit:
         n_unobs: np.ndarray,
         rng: np.random.Generator,
         extra_variance: np.ndarray | None = None,
+        observed_residual: np.ndarray | None = None,
     ) -> np.ndarray:
         """Recalibrated draws of the number correct on the unobserved items ``(draws, llms)``.
 
@@ -151,9 +174,11 @@ class Misfit:
         items to add to the calibrated scale (a subset's excess over a random
         one's, :meth:`Population.subset_excess`); a negative one adds nothing
         (the random-subset calibration is never narrowed).
+        ``observed_residual`` (llms,): each llm's accuracy on its observed items
+        minus the IRT prediction there (:func:`observed_residual`; None: 0).
         """
         u = np.maximum(np.asarray(n_unobs, dtype=np.float64), 1.0)
-        centre, scale = self.at(n_obs, (expected / u).mean(axis=0))
+        centre, scale = self.at(n_obs, (expected / u).mean(axis=0), observed_residual)
         if extra_variance is not None:
             scale = np.sqrt(scale**2 + np.maximum(np.asarray(extra_variance), 0.0))
         r = self.residual_quantile(n_obs, rng.random(hits.shape))
@@ -171,6 +196,11 @@ class Misfit:
                 f"predictions {self.knots[k, 0]:.3f}..{self.knots[k, -1]:.3f} (linear "
                 f"slope {self.linear_slope[k]:.2f}), residual sd {sd:.3f}, standardized 5%/95% quantiles "
                 f"{q05:+.2f}/{q95:+.2f}, excess llm-level sd {self.excess_sd[k]:.3f}"
+                + (
+                    ""
+                    if self.observed_weight is None
+                    else f", observed-residual weight {self.observed_weight[k]:.2f}"
+                )
             )
         return (
             f"item-split cross-validation recalibration ({self.design}, {self.n_llms} llms x "
@@ -188,6 +218,11 @@ class Misfit:
                 "misfit_excess_sd": ("n_items", self.excess_sd),
                 "misfit_linear_slope": ("n_items", self.linear_slope),
                 "misfit_n_cases": ("n_items", self.n_cases),
+                **(
+                    {}
+                    if self.observed_weight is None
+                    else {"misfit_observed_weight": ("n_items", self.observed_weight)}
+                ),
             },
             coords={"n_items": self.n_observed, "level": self.levels},
             attrs={"n_llms": self.n_llms, "n_splits": self.n_splits, "design": self.design},
@@ -218,16 +253,20 @@ class Misfit:
             n_splits=int(ds.attrs["n_splits"]),
             design=str(ds.attrs["design"]),
             population=Population.from_dataset(ds),
+            observed_weight=(
+                ds["misfit_observed_weight"].to_numpy() if "misfit_observed_weight" in ds else None
+            ),
         )
 
 
 def _calibrate(
-    t: np.ndarray, m: np.ndarray, w: np.ndarray, q: np.ndarray, n_knots: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float]:
-    """Piecewise-linear centre and variance, standardized residual quantiles, diagnostics.
+    t: np.ndarray, m: np.ndarray, w: np.ndarray, q: np.ndarray, r: np.ndarray, n_knots: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float, float]:
+    """Centre, variance, standardized residual quantiles, diagnostics, observed-residual weight.
 
     ``t`` actual accuracy on the unobserved items, ``m`` IRT prediction,
-    ``w`` its variance over draws, ``q`` the Bernoulli variance (one per case).
+    ``w`` its variance over draws, ``q`` the Bernoulli variance, ``r`` the
+    observed residual (one per case).
     """
     n_k = max(2, min(n_knots + 2, len(t) // 25))
     knots = np.unique(np.quantile(m, np.linspace(0.0, 1.0, n_k)))
@@ -235,8 +274,9 @@ def _calibrate(
         knots = np.array([knots[0], knots[0] + 1e-9])
     # tent basis: column j is the piecewise-linear function equal to 1 at knot j, 0 at the others
     basis = np.stack([np.interp(m, knots, e) for e in np.eye(len(knots))], axis=1)
-    centre = np.linalg.lstsq(basis, t, rcond=None)[0]
-    resid = t - basis @ centre
+    coef = np.linalg.lstsq(np.column_stack([basis, r]), t, rcond=None)[0]
+    centre, beta = coef[:-1], float(coef[-1])
+    resid = t - basis @ centre - beta * r
     mse = float(np.mean(resid**2))
     # residual variance as a function of m, floored so that no case gets a vanishing scale
     variance = np.maximum(np.linalg.lstsq(basis, resid**2, rcond=None)[0], 0.1 * mse)
@@ -249,23 +289,51 @@ def _calibrate(
     excess = float(np.mean(resid**2 - local**2 * w - q))
     mc = m - m.mean()
     linear = float(mc @ (t - t.mean()) / (mc @ mc)) if mc @ mc > 0 else 1.0
-    return knots, centre, variance, quantiles, float(np.sqrt(max(excess, 0.0))), linear
+    excess_sd = float(np.sqrt(max(excess, 0.0)))
+    return knots, centre, variance, quantiles, excess_sd, linear, beta
+
+
+def observed_residual(correct: np.ndarray, n_obs: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Each llm's accuracy on its observed items minus the IRT prediction there.
+
+    Parameters
+    ----------
+    correct, n_obs
+        ``(llms,)``: correct answers and answered items.
+    expected
+        ``(draws, llms)``: the sum of ``p_i(ability)`` over the observed items
+        under each posterior draw.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(llms,)``; 0 for an llm with no observed item.
+
+    Why: :class:`Misfit` weighs it into its centre (the misfit the observed
+    items show carries over to the rest).
+    """
+    n = np.asarray(n_obs, dtype=np.float64)
+    predicted = np.asarray(expected, dtype=np.float64).mean(axis=0)
+    return np.where(n > 0, (np.asarray(correct) - predicted) / np.maximum(n, 1.0), 0.0)
 
 
 def _unobserved_moments(
-    draws: ItemDraws, ability: np.ndarray, unobserved: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    draws: ItemDraws, ability: np.ndarray, unobserved: np.ndarray, observed: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per llm: IRT predictive of its accuracy on its unobserved items, exactly.
 
     Returns the mean over draws of ``E = mean_i p_i(ability)``, the variance
-    of ``E`` over draws (ability and item uncertainty) and the mean Bernoulli
-    variance ``sum_i p_i (1 - p_i) / U**2``.
+    of ``E`` over draws (ability and item uncertainty), the mean Bernoulli
+    variance ``sum_i p_i (1 - p_i) / U**2``, and ``(draws, llms)`` sums of
+    ``p_i`` over the ``observed`` items (for :func:`observed_residual`).
     """
     n_s, n_l = ability.shape[:2]
     u = unobserved.astype(np.float32)
+    o = observed.astype(np.float32)
     n_u = np.maximum(unobserved.sum(axis=1), 1).astype(np.float64)
     expect = np.empty((n_s, n_l))
     bern = np.empty((n_s, n_l))
+    seen = np.empty((n_s, n_l))
     chunk = max(1, CHUNK_CELLS // max(1, n_l * draws.n_items))
     for start in range(0, n_s, chunk):
         sl = slice(start, min(n_s, start + chunk))
@@ -273,7 +341,8 @@ def _unobserved_moments(
         p = sub.prob(ability[sl], dtype=np.float32)  # (s, L, I)
         expect[sl] = (p * u[None]).sum(axis=2) / n_u
         bern[sl] = (p * (1 - p) * u[None]).sum(axis=2) / n_u**2
-    return expect.mean(axis=0), expect.var(axis=0), bern.mean(axis=0)
+        seen[sl] = (p * o[None]).sum(axis=2)
+    return expect.mean(axis=0), expect.var(axis=0), bern.mean(axis=0), seen
 
 
 def estimate_misfit(
@@ -429,24 +498,28 @@ def estimate_misfit(
                 ability, _ = ability_posterior_samples(
                     fold_draws, np.where(obs[ok], y_rows, np.nan), grid=grid, random_seed=rng
                 )
-                m, w, q = _unobserved_moments(fold_draws, ability, unobs[ok])
+                m, w, q, seen = _unobserved_moments(fold_draws, ability, unobs[ok], obs[ok])
                 t = np.where(unobs[ok], y_rows, 0.0).sum(axis=1) / unobs[ok].sum(axis=1)
-                stats[j].append(np.stack([t, m, w, q]))
+                correct = np.where(obs[ok], y_rows, 0.0).sum(axis=1)
+                r = observed_residual(correct, obs[ok].sum(axis=1), seen)
+                stats[j].append(np.stack([t, m, w, q, r]))
     parts = []
     for (n, _), chunks in zip(plan, stats, strict=True):
-        t, m, w, q = np.concatenate(chunks, axis=1)
+        t, m, w, q, r = np.concatenate(chunks, axis=1)
         if len(t) < 10:
             raise UserInputError(
                 f"{here}: only {len(t)} llms have both observed items and at least "
                 "10 unobserved ones in the design; give more llms or a smaller subset"
             )
-        parts.append((*_calibrate(t, m, w, q, n_knots), len(t)))
+        parts.append((*_calibrate(t, m, w, q, r, n_knots), len(t)))
         logger.info(
-            "misfit n=%d: IRT rmse %.4f, IRT predictive sd %.4f, calibrated residual sd %.4f (%d cases)",
+            "misfit n=%d: IRT rmse %.4f, IRT predictive sd %.4f, calibrated residual sd %.4f, "
+            "observed-residual weight %.3f (%d cases)",
             n,
             float(np.sqrt(np.mean((t - m) ** 2))),
             float(np.sqrt(np.mean(w + q))),
             float(np.sqrt(np.mean(parts[-1][2]))),
+            parts[-1][6],
             len(t),
         )
     width = max(len(p[0]) for p in parts)
@@ -465,8 +538,9 @@ def estimate_misfit(
         levels=_LEVELS.copy(),
         excess_sd=np.asarray([p[4] for p in parts]),
         linear_slope=np.asarray([p[5] for p in parts]),
-        n_cases=np.asarray([p[6] for p in parts], dtype=np.int64),
+        n_cases=np.asarray([p[7] for p in parts], dtype=np.int64),
         n_llms=responses.n_llms,
         n_splits=n_splits,
         design=design,
+        observed_weight=np.asarray([p[6] for p in parts]),
     )

@@ -31,7 +31,7 @@ from ._defaults import DEFAULT_CI_PROB  # re-exported: scoring.DEFAULT_CI_PROB
 from ._validate import check_probability
 from .ability import CHUNK_CELLS, ability_posterior_samples, scoring_grid
 from .exceptions import UserInputError
-from .misfit import Misfit
+from .misfit import Misfit, observed_residual
 from .population import Population
 from .posterior import DEFAULT_MAX_DRAWS, ItemDraws, item_draws, open_posterior
 from .responses import Responses
@@ -167,11 +167,12 @@ def score(
     )
     correct_obs = np.nansum(y, axis=1)
     n_obs = observed.sum(axis=1)
-    hits, expected = _unobserved_hits(draws, ability, observed, rng)
+    hits, expected, seen = _unobserved_hits(draws, ability, observed, rng)
     n_unobs = n_bench - n_obs
     if misfit is not None:
         extra = subset_widening(misfit.population, draws, ability, observed, rng)
-        hits = misfit.apply(hits, expected, n_obs, n_unobs, rng, extra)
+        residual = observed_residual(correct_obs, n_obs, seen)
+        hits = misfit.apply(hits, expected, n_obs, n_unobs, rng, extra, residual)
         misfit_note = misfit.describe()
         if extra is not None:
             misfit_note += (
@@ -313,16 +314,18 @@ def _unobserved_hits(
     ability: np.ndarray,
     observed: np.ndarray,
     rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Number correct on each llm's unobserved items: Bernoulli draws and their expectation.
 
-    Both ``(draws, llms)``: the draws, and the sum of ``p_i(ability)`` over the
-    unobserved items under each draw.
+    All ``(draws, llms)``: the draws, the sum of ``p_i(ability)`` over the
+    unobserved items under each draw, and that sum over the observed items
+    (for :func:`~bayes_microbench.misfit.observed_residual`).
     """
     n_s, n_l = ability.shape[:2]
     n_i = draws.n_items
     out = np.empty((n_s, n_l))
     expected = np.empty((n_s, n_l))
+    seen = np.empty((n_s, n_l))
     chunk = max(1, CHUNK_CELLS // max(1, n_l * n_i))
     unobs = ~observed
     unobs32 = unobs.astype(np.float32)
@@ -331,10 +334,11 @@ def _unobserved_hits(
         sub = draws.select_draws(sl)
         p = sub.prob(ability[sl], dtype=np.float32)  # (s, L, I)
         expected[sl] = (p * unobs32[None]).sum(axis=2)
+        seen[sl] = p.sum(axis=2) - expected[sl]
         hits = rng.random(p.shape, dtype=np.float32) < p
         hits &= unobs[None]
         out[sl] = hits.sum(axis=2)
-    return out, expected
+    return out, expected, seen
 
 
 def pairwise_ranking(scores: xr.Dataset) -> xr.Dataset:

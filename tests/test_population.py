@@ -275,7 +275,7 @@ def test_score_widens_the_interval_of_a_subset_that_loads_on_one_cluster():
     misfit = estimate_misfit(post, train, sizes=(25, 50), n_splits=1, random_seed=0)
     misfit = dataclasses.replace(misfit, population=estimate_population(post, train))
     truth = np.nanmean(held.values, axis=1)
-    covered = {}
+    covered, width = {}, {}
     designs = {
         "cluster": np.arange(40),
         "random": np.random.default_rng(7).choice(200, 40, replace=False),
@@ -288,11 +288,16 @@ def test_score_widens_the_interval_of_a_subset_that_loads_on_one_cluster():
             res = score(post, held.isel(item=items), misfit=m, random_seed=3)
             lo, hi = res["accuracy_interval"].values.T
             covered[design, name] = float(np.mean((lo <= truth) & (truth <= hi)))
+            width[design, name] = hi - lo
     # the random-subset calibration misses the one-cluster design; the population repairs it
     assert covered["cluster", "population"] >= covered["cluster", "plain"] + 0.08
     assert 0.85 <= covered["cluster", "population"] <= 0.99
-    # and leaves a random subset's interval as the calibration made it
-    assert abs(covered["random", "population"] - covered["random", "plain"]) <= 0.03
+    assert width["cluster", "population"].mean() >= 1.3 * width["cluster", "plain"].mean()
+    # and leaves a random subset's interval as the calibration made it: the same widths
+    # (a few llms widened a little), the same coverage within 10 of the 200 llms
+    ratio = width["random", "population"] / width["random", "plain"]
+    assert abs(np.median(ratio) - 1) <= 0.03 and ratio.mean() <= 1.05, ratio
+    assert abs(covered["random", "population"] - covered["random", "plain"]) <= 0.05
     assert "widened for each llm's subset" in res.attrs["misfit"]
 
 
