@@ -54,7 +54,7 @@ from .ability import ability_grid, ability_posterior_samples, scoring_grid
 from .exceptions import UserInputError
 from .misfit import Misfit, observed_residual
 from .posterior import ItemDraws, item_draws
-from .scoring import plugin_response, subset_widening
+from .scoring import plugin_response, residual_carry, subset_widening
 
 Goal = Literal["accuracy", "rank"]
 Rule = Literal["goal", "fisher", "random"]
@@ -303,7 +303,8 @@ class AdaptiveState:
             extra = subset_widening(self.misfit.population, d, ability, observed, rng)
             seen = (prob @ observed[0].astype(np.float32)).astype(np.float64)[:, None]
             residual = observed_residual(np.nansum(y, axis=1), n_obs, seen)
-            hits = self.misfit.apply(hits, expected, n_obs, n_unobs, rng, extra, residual)
+            carry = residual_carry(self.misfit.population, d, ability, observed, rng)
+            hits = self.misfit.apply(hits, expected, n_obs, n_unobs, rng, extra, residual, carry)
         acc = (hits[:, 0] + np.nansum(y)) / d.n_items
         return acc, ability[:, 0], observed[0]
 

@@ -50,15 +50,17 @@ class Misfit:
     posterior-predictive mean of ``mean_i p_i(ability)``) and ``t`` its
     actual accuracy there, the recalibrated predictive of ``t`` is::
 
-        centre(m) + beta * r + scale(m) * R          (clipped to [0, 1])
+        centre(m) + beta * (r - rho(m)) + scale(m) * R          (clipped to [0, 1])
 
-    where ``centre(m) + beta * r`` is the least-squares regression of ``t`` on
-    ``m`` (piecewise linear: values at ``knots``, linear in between, held
-    constant beyond the training range of ``m``) and on the llm's observed
-    residual ``r`` (its accuracy on the observed items minus the IRT
-    prediction there, ``observed_weight`` holding ``beta``), ``scale(m)**2``
-    the piecewise-linear regression of the squared residuals on ``m``, and
-    ``R`` is drawn from the EMPIRICAL
+    where ``centre`` is the least-squares regression of ``t`` on ``m``
+    (piecewise linear: values at ``knots``, linear in between, held constant
+    beyond the training range of ``m``), ``r`` the llm's observed residual (its
+    accuracy on the observed items minus the IRT prediction there), ``rho``
+    its regression on ``m`` (``residual_centre``, the same basis) and ``beta``
+    (``observed_weight``) the regression of what ``centre`` leaves of ``t`` on
+    what ``rho`` leaves of ``r``: together the least-squares regression of ``t``
+    on ``m`` and ``r``. ``scale(m)**2`` is the piecewise-linear regression of
+    the squared residuals on ``m``, and ``R`` is drawn from the EMPIRICAL
     distribution of the standardized cross-validation residuals
     ``(t - centre(m)) / scale(m)`` (``quantiles`` at probability ``levels``,
     Weibull plotting positions ``k / (cases + 1)``). The equal-tailed
@@ -83,8 +85,11 @@ class Misfit:
     beats the model on the items it answered it tends to beat it on the rest
     too (a secondary ability the model lacks), and the regression learns how
     far that carries at each size (near 0 for a few items, whose residual is
-    mostly noise; toward 1 for many random ones). A calibration saved before it
-    was added has ``observed_weight`` None and uses ``m`` alone.
+    mostly noise; toward 1 for many random ones). Written about ``centre``, the
+    term can be scaled down for a subset that carries less of the misfit than a
+    random one (``carry`` in :meth:`at`) and vanishes at 0, leaving the
+    regression on ``m`` alone. A calibration saved before it was added has
+    ``observed_weight`` None and uses ``m`` alone.
     """
 
     n_observed: np.ndarray  # (sizes,)
@@ -104,6 +109,8 @@ class Misfit:
     #: (sizes,): weight of the observed residual in the centre (None: a calibration from
     #: before it, whose centre uses ``m`` alone)
     observed_weight: np.ndarray | None = None
+    #: (sizes, knots): the observed residual's regression on ``m`` (None with ``observed_weight``)
+    residual_centre: np.ndarray | None = None
 
     def _weights(self, n_obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Neighbouring calibrated sizes and the weight of the upper one, linear in log n."""
@@ -119,12 +126,15 @@ class Misfit:
         n_obs: np.ndarray,
         predicted: np.ndarray,
         observed_residual: np.ndarray | None = None,
+        carry: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(centre, scale)`` of the recalibrated predictive for each llm.
 
         ``n_obs``, ``predicted`` (IRT-predicted accuracy on the unobserved
-        items) and ``observed_residual`` (accuracy on the observed items minus
-        the IRT prediction there; None: 0) have one entry per llm.
+        items), ``observed_residual`` (accuracy on the observed items minus
+        the IRT prediction there; None: the centre in ``m`` alone) and
+        ``carry`` (the share of the observed-residual term to apply, in
+        ``[0, 1]``; None: 1) have one entry per llm.
         """
         predicted = np.asarray(predicted, dtype=np.float64)
         lo, hi, f = self._weights(n_obs)
@@ -137,9 +147,22 @@ class Misfit:
         cols = np.arange(predicted.shape[-1])
         centre = (1 - f) * c[lo, cols] + f * c[hi, cols]
         var = (1 - f) * v[lo, cols] + f * v[hi, cols]
-        if self.observed_weight is not None and observed_residual is not None:
+        if (
+            self.observed_weight is not None
+            and self.residual_centre is not None
+            and observed_residual is not None
+        ):
             beta = (1 - f) * self.observed_weight[lo] + f * self.observed_weight[hi]
-            centre = centre + beta * np.nan_to_num(np.asarray(observed_residual, dtype=np.float64))
+            rho = np.stack(
+                [
+                    np.interp(predicted, k, v)
+                    for k, v in zip(self.knots, self.residual_centre, strict=True)
+                ]
+            )
+            rho = (1 - f) * rho[lo, cols] + f * rho[hi, cols]
+            r = np.nan_to_num(np.asarray(observed_residual, dtype=np.float64))
+            share = 1.0 if carry is None else np.asarray(carry, dtype=np.float64)
+            centre = centre + share * beta * (r - rho)
         return centre, np.sqrt(np.maximum(var, 0.0))
 
     def residual_quantile(self, n_obs: np.ndarray, prob: np.ndarray) -> np.ndarray:
@@ -162,6 +185,7 @@ class Misfit:
         rng: np.random.Generator,
         extra_variance: np.ndarray | None = None,
         observed_residual: np.ndarray | None = None,
+        carry: np.ndarray | None = None,
     ) -> np.ndarray:
         """Recalibrated draws of the number correct on the unobserved items ``(draws, llms)``.
 
@@ -175,10 +199,12 @@ class Misfit:
         one's, :meth:`Population.subset_excess`); a negative one adds nothing
         (the random-subset calibration is never narrowed).
         ``observed_residual`` (llms,): each llm's accuracy on its observed items
-        minus the IRT prediction there (:func:`observed_residual`; None: 0).
+        minus the IRT prediction there (:func:`observed_residual`; None: the
+        centre in ``m`` alone); ``carry`` (llms,) the share of its term to apply
+        (:meth:`Population.residual_carry`; None: all).
         """
         u = np.maximum(np.asarray(n_unobs, dtype=np.float64), 1.0)
-        centre, scale = self.at(n_obs, (expected / u).mean(axis=0), observed_residual)
+        centre, scale = self.at(n_obs, (expected / u).mean(axis=0), observed_residual, carry)
         if extra_variance is not None:
             scale = np.sqrt(scale**2 + np.maximum(np.asarray(extra_variance), 0.0))
         r = self.residual_quantile(n_obs, rng.random(hits.shape))
@@ -221,7 +247,10 @@ class Misfit:
                 **(
                     {}
                     if self.observed_weight is None
-                    else {"misfit_observed_weight": ("n_items", self.observed_weight)}
+                    else {
+                        "misfit_observed_weight": ("n_items", self.observed_weight),
+                        "misfit_residual_centre": (("n_items", "knot"), self.residual_centre),
+                    }
                 ),
             },
             coords={"n_items": self.n_observed, "level": self.levels},
@@ -256,13 +285,16 @@ class Misfit:
             observed_weight=(
                 ds["misfit_observed_weight"].to_numpy() if "misfit_observed_weight" in ds else None
             ),
+            residual_centre=(
+                ds["misfit_residual_centre"].to_numpy() if "misfit_residual_centre" in ds else None
+            ),
         )
 
 
 def _calibrate(
     t: np.ndarray, m: np.ndarray, w: np.ndarray, q: np.ndarray, r: np.ndarray, n_knots: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float, float]:
-    """Centre, variance, standardized residual quantiles, diagnostics, observed-residual weight.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float, float, np.ndarray]:
+    """Centre, variance, residual quantiles, diagnostics, observed-residual weight and centre.
 
     ``t`` actual accuracy on the unobserved items, ``m`` IRT prediction,
     ``w`` its variance over draws, ``q`` the Bernoulli variance, ``r`` the
@@ -274,9 +306,12 @@ def _calibrate(
         knots = np.array([knots[0], knots[0] + 1e-9])
     # tent basis: column j is the piecewise-linear function equal to 1 at knot j, 0 at the others
     basis = np.stack([np.interp(m, knots, e) for e in np.eye(len(knots))], axis=1)
-    coef = np.linalg.lstsq(np.column_stack([basis, r]), t, rcond=None)[0]
-    centre, beta = coef[:-1], float(coef[-1])
-    resid = t - basis @ centre - beta * r
+    centre = np.linalg.lstsq(basis, t, rcond=None)[0]
+    rho = np.linalg.lstsq(basis, r, rcond=None)[0]
+    # the joint regression on (m, r), written about the regression on m alone (Frisch-Waugh)
+    left_t, left_r = t - basis @ centre, r - basis @ rho
+    beta = float(left_t @ left_r / (left_r @ left_r)) if left_r @ left_r > 0 else 0.0
+    resid = left_t - beta * left_r
     mse = float(np.mean(resid**2))
     # residual variance as a function of m, floored so that no case gets a vanishing scale
     variance = np.maximum(np.linalg.lstsq(basis, resid**2, rcond=None)[0], 0.1 * mse)
@@ -290,7 +325,7 @@ def _calibrate(
     mc = m - m.mean()
     linear = float(mc @ (t - t.mean()) / (mc @ mc)) if mc @ mc > 0 else 1.0
     excess_sd = float(np.sqrt(max(excess, 0.0)))
-    return knots, centre, variance, quantiles, excess_sd, linear, beta
+    return knots, centre, variance, quantiles, excess_sd, linear, beta, rho
 
 
 def observed_residual(correct: np.ndarray, n_obs: np.ndarray, expected: np.ndarray) -> np.ndarray:
@@ -538,9 +573,10 @@ def estimate_misfit(
         levels=_LEVELS.copy(),
         excess_sd=np.asarray([p[4] for p in parts]),
         linear_slope=np.asarray([p[5] for p in parts]),
-        n_cases=np.asarray([p[7] for p in parts], dtype=np.int64),
+        n_cases=np.asarray([p[8] for p in parts], dtype=np.int64),
         n_llms=responses.n_llms,
         n_splits=n_splits,
         design=design,
         observed_weight=np.asarray([p[6] for p in parts]),
+        residual_centre=np.stack([pad(p[7], p[0]) for p in parts]),
     )

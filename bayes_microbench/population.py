@@ -295,6 +295,78 @@ class Population:
             out[j] = ex[0] - ex[1:].mean()
         return out
 
+    def residual_carry(
+        self,
+        prob: np.ndarray,
+        slope: np.ndarray,
+        observed: np.ndarray,
+        positions: np.ndarray | None = None,
+        *,
+        n_random: int = SUBSET_EXCESS_RANDOM,
+        random_seed: int | np.random.Generator | None = 0,
+    ) -> np.ndarray:
+        """How far each llm's observed residual predicts its misfit, relative to a random subset's.
+
+        To first order in the residuals ``r = y - P(a)`` the model's error on the
+        unobserved items is ``v . r`` (:meth:`subset_excess`) and the observed
+        residual (after the ability absorbs its share) is ``z . r``; with
+        ``E = F F' + diag`` the excess covariance and ``C = E + diag(P Q)``, the
+        weight the shared misfit gives the one on the other is
+        ``-(v' F)(F' z) / z' C z`` (the item-level terms, Bernoulli noise and
+        ``diag``, only pull the two apart through the ability estimate). The
+        ratio of this subset's weight to the mean over ``n_random`` random
+        subsets of the same size, clipped to ``[0, 1]``, times the ratio of the
+        observed residual's variance ``z' C z`` to theirs (capped at 1), scales
+        a calibration's observed-residual term (learned on random subsets) to
+        this subset: a subset whose residual the ability absorbs (informative
+        items) moves the centre less, since the term's offset in ``m`` was
+        learned where the residual still varied.
+
+        Why: items a selector picks (near each llm's ability, or from one
+        cluster) can carry less of the misfit on the rest than random ones do;
+        a random-subset weight would then over-correct
+        (docs/decisions/0043-the-observed-residual-in-the-centre.md).
+
+        Parameters
+        ----------
+        prob, slope, observed, positions, n_random, random_seed
+            As in :meth:`subset_excess`.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(L,)`` in ``[0, 1]``; 1 where nothing or everything is observed, or
+            where the random subsets' weight is not positive.
+        """
+        rng = np.random.default_rng(random_seed)
+        prob = np.asarray(prob, dtype=np.float64)
+        slope = np.asarray(slope, dtype=np.float64)
+        observed = np.asarray(observed, dtype=bool)
+        factor = self.factor if positions is None else self.factor[positions]
+        diag = np.maximum(self.diag if positions is None else self.diag[positions], 0.0)
+        n_llms, n_items = observed.shape
+        score_weight, info = _score_weights(prob, slope)
+        out = np.ones(n_llms)
+        for j in range(n_llms):
+            n_obs = int(observed[j].sum())
+            if n_obs == 0 or n_obs >= n_items:
+                continue
+            masks = np.concatenate(
+                [observed[j][None, :], _random_masks(rng, n_random, n_items, n_obs)]
+            )
+            v = _error_vectors(score_weight[j], slope[j], info[j], masks)
+            z = _observed_vectors(score_weight[j], slope[j], info[j], masks)
+            noise = diag + prob[j] * (1.0 - prob[j])
+            low = z @ factor
+            cov = ((v @ factor) * low).sum(axis=1)  # the shared misfit only
+            var = (low * low).sum(axis=1) + (z * z) @ noise
+            weight = -cov / np.maximum(var, 1e-12)
+            reference = weight[1:].mean()
+            if reference > 0:
+                spread = min(1.0, float(var[0] / max(var[1:].mean(), 1e-12)))
+                out[j] = float(np.clip(weight[0] / reference, 0.0, 1.0)) * spread
+        return out
+
     def excess_if_added(
         self,
         prob: np.ndarray,
@@ -705,6 +777,27 @@ def _random_masks(rng: np.random.Generator, count: int, n_items: int, size: int)
     masks = np.zeros((count, n_items), dtype=bool)
     np.put_along_axis(masks, order, True, axis=1)
     return masks
+
+
+def _observed_vectors(
+    weight: np.ndarray, slope: np.ndarray, info: np.ndarray, masks: np.ndarray
+) -> np.ndarray:
+    """The linearized observed residual ``z`` of :meth:`Population.residual_carry`, per mask.
+
+    ``z_i = 1/|S| - g_S' K w_i / |S|`` on the observed items ``S`` (``g_S`` the
+    slopes' sum over ``S``, ``K`` the ability estimate's shrinkage as in
+    :func:`_error_vectors`), 0 elsewhere: the mean residual left once the ability
+    has absorbed its share.
+    """
+    n_s = np.maximum(masks.sum(axis=1, keepdims=True), 1)
+    if slope.ndim == 2:
+        g_s = masks.astype(np.float64) @ slope  # (M, D)
+        info_s = np.eye(slope.shape[1]) + np.einsum("mn,nd,ne->mde", masks, slope, weight)
+        kappa = np.linalg.solve(info_s, g_s[..., None])[..., 0]  # (M, D)
+        return np.where(masks, (1.0 - kappa @ weight.T) / n_s, 0.0)
+    g_s = (slope * masks).sum(axis=1, keepdims=True)
+    i_s = 1.0 + (info * masks).sum(axis=1, keepdims=True)
+    return np.where(masks, (1.0 - g_s * weight / i_s) / n_s, 0.0)
 
 
 def _error_vectors(

@@ -172,7 +172,8 @@ def score(
     if misfit is not None:
         extra = subset_widening(misfit.population, draws, ability, observed, rng)
         residual = observed_residual(correct_obs, n_obs, seen)
-        hits = misfit.apply(hits, expected, n_obs, n_unobs, rng, extra, residual)
+        carry = residual_carry(misfit.population, draws, ability, observed, rng)
+        hits = misfit.apply(hits, expected, n_obs, n_unobs, rng, extra, residual, carry)
         misfit_note = misfit.describe()
         if extra is not None:
             misfit_note += (
@@ -307,6 +308,41 @@ def subset_widening(
     prob, slope = plugin_response(draws.mean(), ability.mean(axis=0))
     seed = int(rng.integers(2**31))
     return population.subset_excess(prob, slope, observed, positions, random_seed=seed)
+
+
+def residual_carry(
+    population: Population | None,
+    draws: ItemDraws,
+    ability: np.ndarray,
+    observed: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Each llm's share of the calibration's observed-residual weight for its subset.
+
+    Parameters
+    ----------
+    population, draws, ability, observed, rng
+        As in :func:`subset_widening`.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(llms,)`` in ``[0, 1]`` (:meth:`Population.residual_carry`); ones
+        where :func:`subset_widening` would not widen (no population, other
+        dims, items it does not cover).
+
+    Why: the weight was learned on random subsets; a selector's subset carries
+    less of the misfit on the other items (docs/decisions/0043).
+    """
+    ones = np.ones(observed.shape[0])
+    if population is None or population.n_dims != draws.n_dims:
+        return ones
+    positions = population.positions(draws.items)
+    if positions is None:
+        return ones
+    prob, slope = plugin_response(draws.mean(), ability.mean(axis=0))
+    seed = int(rng.integers(2**31))
+    return population.residual_carry(prob, slope, observed, positions, random_seed=seed)
 
 
 def _unobserved_hits(

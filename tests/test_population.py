@@ -332,6 +332,42 @@ def test_excess_if_added_is_the_subset_excess_of_the_larger_subset(model_world):
     assert np.all(clustered.excess_if_added(prob, slope, full, np.array([7])) == 0.0)
 
 
+def test_residual_carry_follows_where_the_subset_loads(model_world):
+    """Misfit on one half of the items only: the residuals of a subset from the other half
+    say nothing about it (carry 0); on a subset from the loaded half the ability estimate
+    already takes the shift (and carries it to the other half), so the residual left
+    must not be added again (carry 0); a random subset's carries as a random one's (near 1)."""
+    resp, post, _ = model_world
+    pop = estimate_population(post, resp)
+    loaded = dataclasses.replace(
+        pop,
+        factor=np.where(np.arange(N_ITEMS)[:, None] >= HALF, 0.1, 0.0)[:, :1],
+        diag=np.zeros(N_ITEMS),
+    )
+    rng = np.random.default_rng(5)
+    prob = np.tile(rng.uniform(0.2, 0.8, N_ITEMS), (4, 1))
+    slope = prob * (1 - prob)
+    observed = np.zeros((4, N_ITEMS), dtype=bool)
+    observed[0, rng.choice(HALF, 40, replace=False)] = True  # the unloaded half only
+    observed[1, HALF + rng.choice(HALF, 40, replace=False)] = True  # the loaded half only
+    observed[2, rng.choice(N_ITEMS, 40, replace=False)] = True  # random
+    carry = loaded.residual_carry(prob, slope, observed, random_seed=3)
+    assert carry[0] < 0.05 and carry[1] < 0.05 and carry[2] > 0.6, carry
+    assert carry[3] == 1.0  # nothing observed: the calibration's weight as it is
+    assert np.all((carry >= 0) & (carry <= 1))
+    # a shift shared by every item, discriminations varying: the most informative items'
+    # residual is what the ability estimate leaves of it, near nothing (a selector's
+    # subset); a random subset's still varies
+    shared = dataclasses.replace(loaded, factor=np.full((N_ITEMS, 1), 0.1))
+    slope = prob * (1 - prob) * rng.uniform(0.3, 2.5, N_ITEMS)
+    info = slope[0] ** 2 / (prob[0] * (1 - prob[0]))
+    observed = np.zeros((2, N_ITEMS), dtype=bool)
+    observed[0, np.argsort(-info)[:40]] = True
+    observed[1, rng.choice(N_ITEMS, 40, replace=False)] = True
+    carry = shared.residual_carry(prob[:2], slope[:2], observed, random_seed=3)
+    assert carry[0] < 0.1 and carry[1] > 0.6, carry
+
+
 def test_pair_tables_see_the_misfit_close_llms_share():
     """A misfit that is a function of the ability cancels between llms of close accuracy;
     one from a second ability does not: the pair tables tell the two apart."""
