@@ -52,7 +52,7 @@ from ._defaults import DEFAULT_CI_PROB, DEFAULT_RANK_PROB
 from ._validate import param, step
 from .ability import ability_grid, ability_posterior_samples, scoring_grid
 from .exceptions import UserInputError
-from .misfit import Misfit, observed_residual
+from .misfit import Misfit, observed_residual, prediction_shift
 from .posterior import ItemDraws, item_draws
 from .scoring import plugin_response, residual_carry, subset_widening
 
@@ -302,9 +302,18 @@ class AdaptiveState:
         if self.misfit is not None:
             extra = subset_widening(self.misfit.population, d, ability, observed, rng)
             seen = (prob @ observed[0].astype(np.float32)).astype(np.float64)[:, None]
+            level = None
+            if self.misfit.item_shifted:  # as score: m and r about the shifted prediction
+                shift_u, shift_o, level = prediction_shift(
+                    self.misfit.population, d, ability, observed
+                )
+                expected = expected + n_unobs * shift_u
+                seen = seen + n_obs * shift_o
             residual = observed_residual(np.nansum(y, axis=1), n_obs, seen)
             carry = residual_carry(self.misfit.population, d, ability, observed, rng)
-            hits = self.misfit.apply(hits, expected, n_obs, n_unobs, rng, extra, residual, carry)
+            hits = self.misfit.apply(
+                hits, expected, n_obs, n_unobs, rng, extra, residual, carry, level
+            )
         acc = (hits[:, 0] + np.nansum(y)) / d.n_items
         return acc, ability[:, 0], observed[0]
 

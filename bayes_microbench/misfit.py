@@ -111,6 +111,9 @@ class Misfit:
     observed_weight: np.ndarray | None = None
     #: (sizes, knots): the observed residual's regression on ``m`` (None with ``observed_weight``)
     residual_centre: np.ndarray | None = None
+    #: whether ``m`` and ``r`` were shifted by the population's item shift
+    #: (:func:`prediction_shift`); score shifts them too only then
+    item_shifted: bool = False
 
     def _weights(self, n_obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Neighbouring calibrated sizes and the weight of the upper one, linear in log n."""
@@ -127,25 +130,33 @@ class Misfit:
         predicted: np.ndarray,
         observed_residual: np.ndarray | None = None,
         carry: np.ndarray | None = None,
+        level: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(centre, scale)`` of the recalibrated predictive for each llm.
 
         ``n_obs``, ``predicted`` (IRT-predicted accuracy on the unobserved
         items), ``observed_residual`` (accuracy on the observed items minus
-        the IRT prediction there; None: the centre in ``m`` alone) and
+        the IRT prediction there; None: the centre in ``m`` alone),
         ``carry`` (the share of the observed-residual term to apply, in
-        ``[0, 1]``; None: 1) have one entry per llm.
+        ``[0, 1]``; None: 1) and ``level`` (the llm's shifted expected
+        accuracy on the whole benchmark, :func:`prediction_shift`; needed by
+        an ``item_shifted`` calibration, whose knots are levels and whose
+        centre is an offset added to ``predicted``) have one entry per llm.
         """
         predicted = np.asarray(predicted, dtype=np.float64)
+        if self.item_shifted:
+            if level is None:
+                raise ValueError("an item-shifted calibration needs each llm's level")
+            x = np.asarray(level, dtype=np.float64)
+        else:
+            x = predicted
         lo, hi, f = self._weights(n_obs)
-        c = np.stack(
-            [np.interp(predicted, k, v) for k, v in zip(self.knots, self.centre, strict=True)]
-        )
-        v = np.stack(
-            [np.interp(predicted, k, s) for k, s in zip(self.knots, self.variance, strict=True)]
-        )
+        c = np.stack([np.interp(x, k, v) for k, v in zip(self.knots, self.centre, strict=True)])
+        v = np.stack([np.interp(x, k, s) for k, s in zip(self.knots, self.variance, strict=True)])
         cols = np.arange(predicted.shape[-1])
         centre = (1 - f) * c[lo, cols] + f * c[hi, cols]
+        if self.item_shifted:
+            centre = predicted + centre
         var = (1 - f) * v[lo, cols] + f * v[hi, cols]
         if (
             self.observed_weight is not None
@@ -154,10 +165,7 @@ class Misfit:
         ):
             beta = (1 - f) * self.observed_weight[lo] + f * self.observed_weight[hi]
             rho = np.stack(
-                [
-                    np.interp(predicted, k, v)
-                    for k, v in zip(self.knots, self.residual_centre, strict=True)
-                ]
+                [np.interp(x, k, v) for k, v in zip(self.knots, self.residual_centre, strict=True)]
             )
             rho = (1 - f) * rho[lo, cols] + f * rho[hi, cols]
             r = np.nan_to_num(np.asarray(observed_residual, dtype=np.float64))
@@ -186,6 +194,7 @@ class Misfit:
         extra_variance: np.ndarray | None = None,
         observed_residual: np.ndarray | None = None,
         carry: np.ndarray | None = None,
+        level: np.ndarray | None = None,
     ) -> np.ndarray:
         """Recalibrated draws of the number correct on the unobserved items ``(draws, llms)``.
 
@@ -201,10 +210,12 @@ class Misfit:
         ``observed_residual`` (llms,): each llm's accuracy on its observed items
         minus the IRT prediction there (:func:`observed_residual`; None: the
         centre in ``m`` alone); ``carry`` (llms,) the share of its term to apply
-        (:meth:`Population.residual_carry`; None: all).
+        (:meth:`Population.residual_carry`; None: all); ``level`` (llms,) as in
+        :meth:`at`.
         """
         u = np.maximum(np.asarray(n_unobs, dtype=np.float64), 1.0)
-        centre, scale = self.at(n_obs, (expected / u).mean(axis=0), observed_residual, carry)
+        m = (expected / u).mean(axis=0)
+        centre, scale = self.at(n_obs, m, observed_residual, carry, level)
         if extra_variance is not None:
             scale = np.sqrt(scale**2 + np.maximum(np.asarray(extra_variance), 0.0))
         r = self.residual_quantile(n_obs, rng.random(hits.shape))
@@ -254,7 +265,12 @@ class Misfit:
                 ),
             },
             coords={"n_items": self.n_observed, "level": self.levels},
-            attrs={"n_llms": self.n_llms, "n_splits": self.n_splits, "design": self.design},
+            attrs={
+                "n_llms": self.n_llms,
+                "n_splits": self.n_splits,
+                "design": self.design,
+                "item_shifted": int(self.item_shifted),
+            },
         )
         if self.population is not None:
             ds = ds.merge(self.population.to_dataset(), combine_attrs="no_conflicts")
@@ -288,28 +304,38 @@ class Misfit:
             residual_centre=(
                 ds["misfit_residual_centre"].to_numpy() if "misfit_residual_centre" in ds else None
             ),
+            item_shifted=bool(int(ds.attrs.get("item_shifted", 0))),
         )
 
 
 def _calibrate(
-    t: np.ndarray, m: np.ndarray, w: np.ndarray, q: np.ndarray, r: np.ndarray, n_knots: int
+    t: np.ndarray,
+    m: np.ndarray,
+    w: np.ndarray,
+    q: np.ndarray,
+    r: np.ndarray,
+    n_knots: int,
+    level: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float, float, np.ndarray]:
     """Centre, variance, residual quantiles, diagnostics, observed-residual weight and centre.
 
     ``t`` actual accuracy on the unobserved items, ``m`` IRT prediction,
     ``w`` its variance over draws, ``q`` the Bernoulli variance, ``r`` the
-    observed residual (one per case).
+    observed residual (one per case). With ``level`` (an item-shifted
+    calibration) the knots are levels and the centre is the offset ``t - m``.
     """
+    x = m if level is None else level
+    target = t if level is None else t - m
     n_k = max(2, min(n_knots + 2, len(t) // 25))
-    knots = np.unique(np.quantile(m, np.linspace(0.0, 1.0, n_k)))
+    knots = np.unique(np.quantile(x, np.linspace(0.0, 1.0, n_k)))
     if len(knots) == 1:  # every prediction equal: a constant centre
         knots = np.array([knots[0], knots[0] + 1e-9])
     # tent basis: column j is the piecewise-linear function equal to 1 at knot j, 0 at the others
-    basis = np.stack([np.interp(m, knots, e) for e in np.eye(len(knots))], axis=1)
-    centre = np.linalg.lstsq(basis, t, rcond=None)[0]
+    basis = np.stack([np.interp(x, knots, e) for e in np.eye(len(knots))], axis=1)
+    centre = np.linalg.lstsq(basis, target, rcond=None)[0]
     rho = np.linalg.lstsq(basis, r, rcond=None)[0]
     # the joint regression on (m, r), written about the regression on m alone (Frisch-Waugh)
-    left_t, left_r = t - basis @ centre, r - basis @ rho
+    left_t, left_r = target - basis @ centre, r - basis @ rho
     beta = float(left_t @ left_r / (left_r @ left_r)) if left_r @ left_r > 0 else 0.0
     resid = left_t - beta * left_r
     mse = float(np.mean(resid**2))
@@ -320,7 +346,9 @@ def _calibrate(
     quantiles = np.quantile(standardized, _LEVELS, method="weibull")
     # diagnostic: deviation beyond the IRT predictive variance, with the local slope of centre
     seg = np.diff(centre) / np.diff(knots)
-    local = seg[np.clip(np.searchsorted(knots, m, side="right") - 1, 0, len(seg) - 1)]
+    local = seg[np.clip(np.searchsorted(knots, x, side="right") - 1, 0, len(seg) - 1)]
+    if level is not None:  # an offset: the slope in m is 1 plus the offset's (in level ~ m)
+        local = 1.0 + local
     excess = float(np.mean(resid**2 - local**2 * w - q))
     mc = m - m.mean()
     linear = float(mc @ (t - t.mean()) / (mc @ mc)) if mc @ mc > 0 else 1.0
@@ -350,6 +378,55 @@ def observed_residual(correct: np.ndarray, n_obs: np.ndarray, expected: np.ndarr
     n = np.asarray(n_obs, dtype=np.float64)
     predicted = np.asarray(expected, dtype=np.float64).mean(axis=0)
     return np.where(n > 0, (np.asarray(correct) - predicted) / np.maximum(n, 1.0), 0.0)
+
+
+def prediction_shift(
+    population: Population | None,
+    draws: ItemDraws,
+    ability: np.ndarray,
+    observed: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each llm's item shift over its unobserved and its observed items, and its level.
+
+    Parameters
+    ----------
+    population
+        The fitted llms' :class:`Population` (None, or one without the item
+        shift, or one that does not cover the items: zeros).
+    draws
+        The benchmark's item draws (their mean gives the plug-in accuracy).
+    ability
+        Ability draws ``(draws, llms)`` (``(draws, llms, D)``); their mean is
+        each llm's plug-in ability.
+    observed
+        ``(llms, items)`` bool.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(llms,)`` mean shifts over the unobserved and over the observed items
+        (:meth:`Population.mean_shift` at each llm's expected accuracy), and the
+        level: that expected accuracy (plug-in, every item) plus the mean shift
+        over every item.
+
+    Why: the model's error, item by item and by accuracy, as the fitted llms show
+    it, added to the IRT prediction whatever the subset
+    (docs/decisions/0044-the-item-shift.md).
+    """
+    zeros = np.zeros(observed.shape[0])
+    plug = np.asarray(ability, dtype=np.float64).mean(axis=0)
+    accuracy = draws.mean().prob(plug[None])[0].mean(axis=-1)
+    if population is None or population.item_shift is None:
+        return zeros, zeros, accuracy
+    positions = population.positions(draws.items)
+    if population.n_dims != draws.n_dims or positions is None:
+        return zeros, zeros, accuracy
+    everything = np.ones_like(observed, dtype=bool)
+    return (
+        population.mean_shift(accuracy, ~observed, positions),
+        population.mean_shift(accuracy, observed, positions),
+        accuracy + population.mean_shift(accuracy, everything, positions),
+    )
 
 
 def _unobserved_moments(
@@ -395,6 +472,7 @@ def estimate_misfit(
     random_seed: int | np.random.Generator | None = 0,
     draws: ItemDraws | None = None,
     where: str | None = None,
+    population: Population | None = None,
 ) -> Misfit:
     """Calibrate the IRT predictive of unobserved items on the training llms, by item-split CV.
 
@@ -454,6 +532,10 @@ def estimate_misfit(
     where
         Names ``responses`` in error messages (e.g. the flag and file they came
         from; default ``"estimate_misfit: responses (BENCHMARK)"``).
+    population
+        The fitted llms' :class:`Population`: with its item shift, ``m`` and the
+        observed residual are taken about the shifted prediction
+        (:func:`prediction_shift`), as :func:`score` then does.
 
     Returns
     -------
@@ -514,6 +596,12 @@ def estimate_misfit(
             folds.append((rows, d.subset(d.index_of(item_ids, where=f"refit of fold {k}"))))
         design += f", cross-fitted over {n_folds} folds"
     grid = scoring_grid(n_grid, draws.n_dims)
+    shifted = (
+        population is not None
+        and population.item_shift is not None
+        and population.n_dims == draws.n_dims
+        and population.positions(draws.items) is not None
+    )
     stats: list[list[np.ndarray]] = [[] for _ in plan]
     for rows, fold_draws in folds:
         for j, (n, cols) in enumerate(plan):
@@ -536,17 +624,21 @@ def estimate_misfit(
                 m, w, q, seen = _unobserved_moments(fold_draws, ability, unobs[ok], obs[ok])
                 t = np.where(unobs[ok], y_rows, 0.0).sum(axis=1) / unobs[ok].sum(axis=1)
                 correct = np.where(obs[ok], y_rows, 0.0).sum(axis=1)
-                r = observed_residual(correct, obs[ok].sum(axis=1), seen)
-                stats[j].append(np.stack([t, m, w, q, r]))
+                n_seen = obs[ok].sum(axis=1)
+                shift_u, shift_o, level = prediction_shift(population, fold_draws, ability, obs[ok])
+                m = m + shift_u
+                seen = seen + (n_seen * shift_o)[None, :]
+                r = observed_residual(correct, n_seen, seen)
+                stats[j].append(np.stack([t, m, w, q, r, level]))
     parts = []
     for (n, _), chunks in zip(plan, stats, strict=True):
-        t, m, w, q, r = np.concatenate(chunks, axis=1)
+        t, m, w, q, r, level = np.concatenate(chunks, axis=1)
         if len(t) < 10:
             raise UserInputError(
                 f"{here}: only {len(t)} llms have both observed items and at least "
                 "10 unobserved ones in the design; give more llms or a smaller subset"
             )
-        parts.append((*_calibrate(t, m, w, q, r, n_knots), len(t)))
+        parts.append((*_calibrate(t, m, w, q, r, n_knots, level if shifted else None), len(t)))
         logger.info(
             "misfit n=%d: IRT rmse %.4f, IRT predictive sd %.4f, calibrated residual sd %.4f, "
             "observed-residual weight %.3f (%d cases)",
@@ -579,4 +671,5 @@ def estimate_misfit(
         design=design,
         observed_weight=np.asarray([p[6] for p in parts]),
         residual_centre=np.stack([pad(p[7], p[0]) for p in parts]),
+        item_shifted=shifted,
     )

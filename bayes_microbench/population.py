@@ -96,6 +96,10 @@ class Population:
     pair_cov: np.ndarray | None = None
     pair_diag: np.ndarray | None = None
     pair_dof: np.ndarray | None = None
+    #: (G,): expected accuracy at the centre of each group of :attr:`item_shift`
+    shift_accuracy: np.ndarray | None = None
+    #: (G, N): the fitted llms' mean residual on each item, by accuracy group
+    item_shift: np.ndarray | None = None
 
     @property
     def n_dims(self) -> int:
@@ -294,6 +298,49 @@ class Population:
             ex = self.quadratic(v, positions)
             out[j] = ex[0] - ex[1:].mean()
         return out
+
+    def mean_shift(
+        self,
+        accuracy: np.ndarray,
+        mask: np.ndarray,
+        positions: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Each llm's mean residual over its ``mask`` items, by its expected accuracy.
+
+        Parameters
+        ----------
+        accuracy
+            ``(L,)``: each llm's expected accuracy at its plug-in ability.
+        mask
+            ``(L, N)`` bool: the items to average over (e.g. the unobserved ones).
+        positions
+            The ``N`` items' positions in :attr:`items` (default: all, in order).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(L,)``: the mean of :attr:`item_shift` over each llm's ``mask``,
+            interpolated linearly in accuracy between the groups (constant
+            beyond); zeros without the table or where ``mask`` is empty.
+
+        Why: the fitted llms show, item by item, how far the model errs at each
+        level of accuracy (items stronger llms answer worse, a subtask the model
+        underrates); adding it to the IRT prediction of any set of items carries
+        that to a new llm whatever the subset it was scored on
+        (docs/decisions/0044-the-item-shift.md).
+        """
+        mask = np.asarray(mask, dtype=bool)
+        if self.item_shift is None or self.shift_accuracy is None:
+            return np.zeros(mask.shape[0])
+        table = self.item_shift if positions is None else self.item_shift[:, positions]
+        centres = self.shift_accuracy
+        weights = np.stack(
+            [np.interp(accuracy, centres, e) for e in np.eye(len(centres))], axis=1
+        )  # (L, G): tent weights of each llm's accuracy on the group centres
+        per_item = weights @ table  # (L, N)
+        count = mask.sum(axis=1)
+        total = np.where(mask, per_item, 0.0).sum(axis=1)
+        return np.where(count > 0, total / np.maximum(count, 1), 0.0)
 
     def residual_carry(
         self,
@@ -524,6 +571,12 @@ class Population:
                     "population_pair_dof": (cells, self.pair_dof),
                 }
             )
+        if self.item_shift is not None:
+            data["population_shift_accuracy"] = ("shift_group", self.shift_accuracy)
+            data["population_item_shift"] = (
+                ("shift_group", "item"),
+                self.item_shift.astype(np.float32),
+            )
         return xr.Dataset(
             data,
             coords={"item": self.items.astype(str)},
@@ -551,6 +604,16 @@ class Population:
             pair_cov=pair("cov"),
             pair_diag=pair("diag"),
             pair_dof=pair("dof"),
+            shift_accuracy=(
+                ds["population_shift_accuracy"].to_numpy().astype(np.float64)
+                if "population_shift_accuracy" in ds
+                else None
+            ),
+            item_shift=(
+                ds["population_item_shift"].to_numpy().astype(np.float64)
+                if "population_item_shift" in ds
+                else None
+            ),
         )
 
 
@@ -619,6 +682,7 @@ def estimate_population(
     pairs = _pair_tables(
         resid, pq, expected, full, factor, np.random.default_rng(_pair_seed(random_seed))
     )
+    shift_accuracy, item_shift = _item_shift(resid, observed, expected)
     if ability.ndim == 1:
         kept = np.sort(ability)
         if len(kept) > MAX_ABILITIES:
@@ -630,7 +694,44 @@ def estimate_population(
                 len(kept), MAX_ABILITIES, replace=False
             )
             kept = kept[np.sort(picked)]
-    return Population(items=items, ability=kept, factor=factor, diag=diag, n_llms=n_llms, **pairs)
+    return Population(
+        items=items,
+        ability=kept,
+        factor=factor,
+        diag=diag,
+        n_llms=n_llms,
+        shift_accuracy=shift_accuracy,
+        item_shift=item_shift,
+        **pairs,
+    )
+
+
+def _item_shift(
+    resid: np.ndarray, observed: np.ndarray, expected: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:attr:`Population.item_shift` and its group centres from the fitted llms.
+
+    The llms fall in ``G`` quantile groups of their expected accuracy (as the pair
+    tables', ``G <= PAIR_GROUPS`` with at least :data:`PAIR_GROUP_LLMS` each); an
+    item's shift in a group is its mean residual over the group's llms that
+    answered it (0 where none did).
+    """
+    n_llms = resid.shape[0]
+    n_groups = int(np.clip(n_llms // PAIR_GROUP_LLMS, 1, PAIR_GROUPS))
+    edges = np.quantile(expected, np.linspace(0.0, 1.0, n_groups + 1))
+    group = np.clip(np.searchsorted(edges[1:-1], expected, side="right"), 0, n_groups - 1)
+    centres = np.empty(n_groups)
+    shift = np.zeros((n_groups, resid.shape[1]))
+    for g in range(n_groups):
+        rows = group == g
+        centres[g] = expected[rows].mean()
+        seen = observed[rows].sum(axis=0)
+        shift[g] = np.where(seen > 0, resid[rows].sum(axis=0) / np.maximum(seen, 1), 0.0)
+    if n_groups > 1 and np.any(np.diff(centres) <= 0):  # tied accuracies: one group
+        centres = np.array([expected.mean()])
+        seen = observed.sum(axis=0)
+        shift = (resid.sum(axis=0) / np.maximum(seen, 1))[None, :]
+    return centres, shift
 
 
 def _pair_seed(random_seed: int | None) -> int:

@@ -31,7 +31,7 @@ from ._defaults import DEFAULT_CI_PROB  # re-exported: scoring.DEFAULT_CI_PROB
 from ._validate import check_probability
 from .ability import CHUNK_CELLS, ability_posterior_samples, scoring_grid
 from .exceptions import UserInputError
-from .misfit import Misfit, observed_residual
+from .misfit import Misfit, observed_residual, prediction_shift
 from .population import Population
 from .posterior import DEFAULT_MAX_DRAWS, ItemDraws, item_draws, open_posterior
 from .responses import Responses
@@ -171,9 +171,14 @@ def score(
     n_unobs = n_bench - n_obs
     if misfit is not None:
         extra = subset_widening(misfit.population, draws, ability, observed, rng)
+        level = None
+        if misfit.item_shifted:  # the calibration's m and r were taken about the shift
+            shift_u, shift_o, level = prediction_shift(misfit.population, draws, ability, observed)
+            expected = expected + (n_unobs * shift_u)[None, :]
+            seen = seen + (n_obs * shift_o)[None, :]
         residual = observed_residual(correct_obs, n_obs, seen)
         carry = residual_carry(misfit.population, draws, ability, observed, rng)
-        hits = misfit.apply(hits, expected, n_obs, n_unobs, rng, extra, residual, carry)
+        hits = misfit.apply(hits, expected, n_obs, n_unobs, rng, extra, residual, carry, level)
         misfit_note = misfit.describe()
         if extra is not None:
             misfit_note += (

@@ -483,3 +483,81 @@ def test_excess_is_read_at_the_pairs_accuracy_and_gap():
     quad_mid = np.full((1, 2, 5, 3), 0.5)  # (s, A, G, K) on the quadrature
     quad, _ = D._excess_at(table, pop, delta, quad_mid)
     np.testing.assert_allclose(quad[0, 1, :, 2, 0], [3.0, 3.0, 4.0, 5.0, 5.0])
+
+
+def test_mean_shift_interpolates_the_groups_and_round_trips():
+    pop = Population(
+        items=np.array(["a", "b", "c"]),
+        ability=np.zeros(3),
+        factor=np.zeros((3, 1)),
+        diag=np.zeros(3),
+        n_llms=100,
+        shift_accuracy=np.array([0.2, 0.6]),
+        item_shift=np.array([[0.1, 0.0, -0.2], [-0.1, 0.2, 0.0]]),
+    )
+    mask = np.array([[True, True, False], [True, False, True], [False, False, False]])
+    # accuracy 0.4 sits halfway: shifts (0, 0.1, -0.1); 0.9 takes the last group's
+    got = pop.mean_shift(np.array([0.4, 0.9, 0.4]), mask)
+    np.testing.assert_allclose(got, [0.05, -0.05, 0.0])
+    # positions pick the posterior's items out of the population's
+    np.testing.assert_allclose(
+        pop.mean_shift(np.array([0.2]), np.array([[True, True]]), np.array([2, 0])), [-0.05]
+    )
+    back = Population.from_dataset(pop.to_dataset())
+    np.testing.assert_allclose(back.item_shift, pop.item_shift)
+    np.testing.assert_allclose(back.shift_accuracy, pop.shift_accuracy)
+    older = Population.from_dataset(
+        pop.to_dataset().drop_vars(["population_item_shift", "population_shift_accuracy"])
+    )
+    assert older.item_shift is None
+    assert np.all(older.mean_shift(np.array([0.4, 0.9, 0.4]), mask) == 0.0)
+
+
+def test_item_shift_carries_what_the_model_gets_wrong_to_any_subset():
+    """A third of the items are answered worse by stronger llms, which the model (its true
+    parameters, all discriminations positive) cannot say: the population's item shift finds
+    it, and the calibration taken about it scores a subset that leaves those items
+    unobserved with a smaller error, keeping coverage; a random subset is not hurt."""
+    from bayes_microbench.misfit import estimate_misfit
+    from bayes_microbench.scoring import score
+
+    _, truth = simulate_responses(
+        "mmlu-pro", n_llms=600, n_items=240, random_seed=51, return_truth=True
+    )
+    rng = np.random.default_rng(13)
+    theta = truth.ability.to_numpy()
+    a, b, c = (getattr(truth, k).to_numpy() for k in ("discrimination", "difficulty", "guessing"))
+    p = c + (1 - c) / (1 + np.exp(-a * (theta[:, None] - b)))
+    p[:, 160:] = (0.45 - 0.15 * np.tanh(theta))[:, None] + 0.1 * rng.standard_normal(80)
+    vals = (rng.random(p.shape) < np.clip(p, 0.02, 0.98)).astype(float)
+    resp = Responses.from_arrays(vals, truth.ability.index, truth.difficulty.index)
+    post = posterior_from_truth(truth, n_chains=2, n_draws=50, noise=0.03, random_seed=6)
+    train, held = resp.isel(llm=slice(0, 400)), resp.isel(llm=slice(400, 600))
+    pop = estimate_population(post, train)
+    reversed_shift = pop.item_shift[:, 160:].mean(axis=1)
+    assert len(reversed_shift) == 4 and np.all(np.diff(reversed_shift) < 0), reversed_shift
+    assert reversed_shift[0] > 0.1 and reversed_shift[-1] < -0.1, reversed_shift
+
+    def calibration(population):
+        mf = estimate_misfit(
+            post, train, sizes=(30, 80), max_draws=50, random_seed=0, population=population
+        )
+        return dataclasses.replace(mf, population=pop)
+
+    plain, shifted = calibration(None), calibration(pop)
+    assert shifted.item_shifted and not plain.item_shifted
+    real = held.accuracy().to_numpy()
+    results = {}
+    for design, items in (
+        ("fixed", np.arange(80)),
+        ("random", np.sort(rng.choice(240, 80, replace=False))),
+    ):
+        for name, mf in (("plain", plain), ("shifted", shifted)):
+            res = score(post, held.isel(item=items), max_draws=100, random_seed=1, misfit=mf)
+            lo, hi = res["accuracy_interval"].to_numpy().T
+            error = np.abs(res["accuracy_mean"].to_numpy() - real).mean()
+            results[design, name] = (error, np.mean((lo <= real) & (real <= hi)))
+    # 200 held-out llms: a quarter less error on the subset that misses the reversed items
+    assert results["fixed", "shifted"][0] < 0.75 * results["fixed", "plain"][0], results
+    assert results["random", "shifted"][0] < 1.05 * results["random", "plain"][0], results
+    assert all(cov >= 0.83 for _, cov in results.values()), results

@@ -84,6 +84,9 @@ def calibrate_fitted(
             f"(got {responses.n_llms} llms, fewest answered "
             f"{int(np.asarray(responses.observed).sum(axis=1).min())})"
         )
+    # a 2pl-md posterior's population has D-dim abilities (docs/decisions/0030); its item
+    # shift enters the calibration (docs/decisions/0044)
+    population = estimate_population(posterior, responses, random_seed=random_seed)
     misfit = estimate_misfit(
         posterior,
         responses,
@@ -91,9 +94,8 @@ def calibrate_fitted(
         max_draws=CALIBRATION_DRAWS if max_draws is None else max_draws,
         random_seed=random_seed,
         where="calibration of the fitted posterior: responses",
+        population=population,
     )
-    # a 2pl-md posterior's population has D-dim abilities (docs/decisions/0030)
-    population = estimate_population(posterior, responses, random_seed=random_seed)
     return dataclasses.replace(misfit, population=population)
 
 
