@@ -90,6 +90,17 @@ class Misfit:
     random one (``carry`` in :meth:`at`) and vanishes at 0, leaving the
     regression on ``m`` alone. A calibration saved before it was added has
     ``observed_weight`` None and uses ``m`` alone.
+
+    With ``item_shifted`` (a calibration estimated with the fitted llms'
+    :class:`Population`, as ``fit`` does), ``m`` and ``r`` are taken about the
+    IRT prediction shifted by the population's item shift
+    (:func:`prediction_shift`), and ``centre``, ``rho`` and ``scale`` are
+    functions of the llm's level (its shifted expected accuracy over the whole
+    benchmark) instead of ``m``, ``centre`` being the offset added to ``m``:
+    ``m + centre(level) + beta * (r - rho(level)) + scale(level) * R``. On a
+    random subset the two readings nearly agree; on a selector's subset the
+    level still says how strong the llm is while ``m`` says which items are
+    left (docs/decisions/0044-the-item-shift.md).
     """
 
     n_observed: np.ndarray  # (sizes,)
@@ -225,12 +236,15 @@ class Misfit:
     def describe(self) -> str:
         """One line for result attrs and reports."""
         cells = []
+        centre, over = (
+            ("offset", "shifted levels") if self.item_shifted else ("centre", "IRT predictions")
+        )
         for k, n in enumerate(self.n_observed):
             q05, q95 = np.interp([0.05, 0.95], self.levels, self.quantiles[k])
             sd = np.sqrt(np.mean(self.variance[k]))
             cells.append(
-                f"n={n}: centre {self.centre[k, 0]:.3f}..{self.centre[k, -1]:.3f} over IRT "
-                f"predictions {self.knots[k, 0]:.3f}..{self.knots[k, -1]:.3f} (linear "
+                f"n={n}: {centre} {self.centre[k, 0]:.3f}..{self.centre[k, -1]:.3f} over "
+                f"{over} {self.knots[k, 0]:.3f}..{self.knots[k, -1]:.3f} (linear "
                 f"slope {self.linear_slope[k]:.2f}), residual sd {sd:.3f}, standardized 5%/95% quantiles "
                 f"{q05:+.2f}/{q95:+.2f}, excess llm-level sd {self.excess_sd[k]:.3f}"
                 + (
@@ -239,9 +253,10 @@ class Misfit:
                     else f", observed-residual weight {self.observed_weight[k]:.2f}"
                 )
             )
+        shift = "; about the fitted llms' item shift" if self.item_shifted else ""
         return (
             f"item-split cross-validation recalibration ({self.design}, {self.n_llms} llms x "
-            f"{self.n_splits} splits; empirical residual quantiles): " + "; ".join(cells)
+            f"{self.n_splits} splits; empirical residual quantiles{shift}): " + "; ".join(cells)
         )
 
     def to_dataset(self) -> xr.Dataset:

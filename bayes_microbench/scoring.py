@@ -104,7 +104,9 @@ def score(
         unobserved items is then ``centre(m) + scale(m) * R`` (clipped to
         [0, 1]) with ``m`` the llm's IRT-predicted accuracy there and ``R``
         drawn from the calibration's empirical standardized residuals, at each
-        llm's number of observed items: a split-conformal interval. The
+        llm's number of observed items: a split-conformal interval (the centre
+        also weighs the llm's observed residual, and ``fit``'s calibration takes
+        ``m`` about the fitted llms' item shift; see :class:`Misfit`). The
         ``ability`` draws are unchanged. ``"saved"`` (default): the
         calibration the posterior carries (a fit, a posterior file, or a file read
         with :func:`~bayes_microbench.irt.load_posterior`, saved by ``fit``), and none
