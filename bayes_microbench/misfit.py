@@ -162,23 +162,24 @@ class Misfit:
         else:
             x = predicted
         lo, hi, f = self._weights(n_obs)
-        c = np.stack([np.interp(x, k, v) for k, v in zip(self.knots, self.centre, strict=True)])
-        v = np.stack([np.interp(x, k, s) for k, s in zip(self.knots, self.variance, strict=True)])
         cols = np.arange(predicted.shape[-1])
-        centre = (1 - f) * c[lo, cols] + f * c[hi, cols]
+
+        def between(table: np.ndarray) -> np.ndarray:
+            # piecewise linear in x at each size, then linear in log n between sizes
+            at_x = np.stack([np.interp(x, k, v) for k, v in zip(self.knots, table, strict=True)])
+            return (1 - f) * at_x[lo, cols] + f * at_x[hi, cols]
+
+        centre = between(self.centre)
         if self.item_shifted:
             centre = predicted + centre
-        var = (1 - f) * v[lo, cols] + f * v[hi, cols]
+        var = between(self.variance)
         if (
             self.observed_weight is not None
             and self.residual_centre is not None
             and observed_residual is not None
         ):
             beta = (1 - f) * self.observed_weight[lo] + f * self.observed_weight[hi]
-            rho = np.stack(
-                [np.interp(x, k, v) for k, v in zip(self.knots, self.residual_centre, strict=True)]
-            )
-            rho = (1 - f) * rho[lo, cols] + f * rho[hi, cols]
+            rho = between(self.residual_centre)
             r = np.nan_to_num(np.asarray(observed_residual, dtype=np.float64))
             share = 1.0 if carry is None else np.asarray(carry, dtype=np.float64)
             centre = centre + share * beta * (r - rho)

@@ -36,7 +36,7 @@ any design (docs/decisions/0034-design-pairs-share-their-misfit.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -284,16 +284,9 @@ class Population:
         prob = np.asarray(prob, dtype=np.float64)
         slope = np.asarray(slope, dtype=np.float64)
         observed = np.asarray(observed, dtype=bool)
-        n_llms, n_items = observed.shape
         score_weight, info = _score_weights(prob, slope)
-        out = np.zeros(n_llms)
-        for j in range(n_llms):
-            n_obs = int(observed[j].sum())
-            if n_obs == 0 or n_obs >= n_items:
-                continue
-            masks = np.concatenate(
-                [observed[j][None, :], _random_masks(rng, n_random, n_items, n_obs)]
-            )
+        out = np.zeros(observed.shape[0])
+        for j, masks in _with_random_masks(observed, n_random, rng):
             v = _error_vectors(score_weight[j], slope[j], info[j], masks)
             ex = self.quadratic(v, positions)
             out[j] = ex[0] - ex[1:].mean()
@@ -391,16 +384,9 @@ class Population:
         observed = np.asarray(observed, dtype=bool)
         factor = self.factor if positions is None else self.factor[positions]
         diag = np.maximum(self.diag if positions is None else self.diag[positions], 0.0)
-        n_llms, n_items = observed.shape
         score_weight, info = _score_weights(prob, slope)
-        out = np.ones(n_llms)
-        for j in range(n_llms):
-            n_obs = int(observed[j].sum())
-            if n_obs == 0 or n_obs >= n_items:
-                continue
-            masks = np.concatenate(
-                [observed[j][None, :], _random_masks(rng, n_random, n_items, n_obs)]
-            )
+        out = np.ones(observed.shape[0])
+        for j, masks in _with_random_masks(observed, n_random, rng):
             v = _error_vectors(score_weight[j], slope[j], info[j], masks)
             z = _observed_vectors(score_weight[j], slope[j], info[j], masks)
             noise = diag + prob[j] * (1.0 - prob[j])
@@ -870,6 +856,18 @@ def _score_weights(prob: np.ndarray, slope: np.ndarray) -> tuple[np.ndarray, np.
     weight = slope / (pq if slope.ndim == prob.ndim else pq[..., None])
     info = slope * weight
     return weight, info if slope.ndim == prob.ndim else info.sum(axis=-1)
+
+
+def _with_random_masks(
+    observed: np.ndarray, n_random: int, rng: np.random.Generator
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Each llm with some but not all items observed, and its subset's mask stacked on
+    ``n_random`` random masks of the same size (drawn in llm order from ``rng``)."""
+    n_items = observed.shape[1]
+    for j, row in enumerate(observed):
+        n_obs = int(row.sum())
+        if 0 < n_obs < n_items:
+            yield j, np.concatenate([row[None, :], _random_masks(rng, n_random, n_items, n_obs)])
 
 
 def _random_masks(rng: np.random.Generator, count: int, n_items: int, size: int) -> np.ndarray:

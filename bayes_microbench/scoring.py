@@ -299,20 +299,10 @@ def subset_widening(
         None without a population, when the population's ability dims are not
         the posterior's, or when it does not cover the benchmark items.
     """
-    if population is None:
+    view = _population_view(population, draws, ability)
+    if view is None:
         return None
-    if population.n_dims != draws.n_dims:  # e.g. a 1-D population saved beside md draws
-        logger.debug(
-            "score: the saved population is %d-D, the posterior %d-D; no widening",
-            population.n_dims,
-            draws.n_dims,
-        )
-        return None
-    positions = population.positions(draws.items)
-    if positions is None:
-        logger.debug("score: the saved population does not cover the benchmark; no widening")
-        return None
-    prob, slope = plugin_response(draws.mean(), ability.mean(axis=0))
+    population, positions, prob, slope = view
     seed = int(rng.integers(2**31))
     return population.subset_excess(prob, slope, observed, positions, random_seed=seed)
 
@@ -341,15 +331,37 @@ def residual_carry(
     Why: the weight was learned on random subsets; a selector's subset carries
     less of the misfit on the other items (docs/decisions/0043).
     """
-    ones = np.ones(observed.shape[0])
-    if population is None or population.n_dims != draws.n_dims:
-        return ones
-    positions = population.positions(draws.items)
-    if positions is None:
-        return ones
-    prob, slope = plugin_response(draws.mean(), ability.mean(axis=0))
+    view = _population_view(population, draws, ability)
+    if view is None:
+        return np.ones(observed.shape[0])
+    population, positions, prob, slope = view
     seed = int(rng.integers(2**31))
     return population.residual_carry(prob, slope, observed, positions, random_seed=seed)
+
+
+def _population_view(
+    population: Population | None, draws: ItemDraws, ability: np.ndarray
+) -> tuple[Population, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The population, the benchmark items' positions in it, and ``P_i``, ``dP_i/da`` at
+    the llms' plug-in abilities; None where the population cannot serve these draws.
+
+    Why: :func:`subset_widening` and :func:`residual_carry` linearize at the same point.
+    """
+    if population is None:
+        return None
+    if population.n_dims != draws.n_dims:  # e.g. a 1-D population saved beside md draws
+        logger.debug(
+            "score: the saved population is %d-D, the posterior %d-D; not used",
+            population.n_dims,
+            draws.n_dims,
+        )
+        return None
+    positions = population.positions(draws.items)
+    if positions is None:
+        logger.debug("score: the saved population does not cover the benchmark; not used")
+        return None
+    prob, slope = plugin_response(draws.mean(), ability.mean(axis=0))
+    return population, positions, prob, slope
 
 
 def _unobserved_hits(
