@@ -164,12 +164,23 @@ class ItemDraws:
         )
 
     def mean(self) -> ItemDraws:
-        """A single pseudo-draw holding the posterior means (for fast point summaries)."""
+        """A single pseudo-draw holding the posterior means (for fast point summaries).
+
+        The discrimination (or loadings) and the intercept are averaged, and the
+        difficulty is the one that gives that intercept. Why: the difficulty,
+        ``-intercept / discrimination``, is heavy-tailed where the discrimination
+        is near 0, and the logit at its mean can sit far from every draw's (on
+        GPQA the expected accuracy at the mean difficulty was up to 11 points off
+        the draws' mean, at the mean intercept 0.4).
+        """
+        discrimination = self.discrimination.mean(axis=0, keepdims=True)
+        tiny = np.finfo(np.float64).tiny
+        safe = np.where(np.abs(discrimination) > tiny, discrimination, tiny)
         return ItemDraws(
             items=self.items,
             subtask=self.subtask,
-            discrimination=self.discrimination.mean(axis=0, keepdims=True),
-            difficulty=self.difficulty.mean(axis=0, keepdims=True),
+            discrimination=discrimination,
+            difficulty=-self.intercept.mean(axis=0, keepdims=True) / safe,
             guessing=self.guessing.mean(axis=0, keepdims=True),
             chain=self.chain[:1],
             draw=self.draw[:1],

@@ -62,3 +62,33 @@ def test_an_unknown_source_is_one_user_error():
 
     with pytest.raises(UserInputError, match=r"expected a posterior \(a \.nc file, a fitted model"):
         item_draws(42)
+
+
+def test_the_mean_draw_keeps_the_mean_intercept_where_the_discrimination_is_near_zero():
+    """An item whose discrimination straddles 0 has a heavy-tailed difficulty; the mean
+    pseudo-draw keeps the mean discrimination and intercept, so its probability stays near
+    the draws' mean probability (the mean difficulty would put it anywhere)."""
+    from bayes_microbench.posterior import ItemDraws
+
+    rng = np.random.default_rng(3)
+    n_draws = 400
+    disc = np.column_stack([rng.normal(0.05, 0.3, n_draws), rng.normal(1.2, 0.1, n_draws)])
+    icpt = np.column_stack([rng.normal(-1.0, 0.1, n_draws), rng.normal(0.5, 0.1, n_draws)])
+    draws = ItemDraws(
+        items=np.array(["flat", "sharp"]),
+        subtask=np.array(["x", "x"]),
+        discrimination=disc,
+        difficulty=-icpt / disc,
+        guessing=np.zeros_like(disc),
+        chain=np.zeros(n_draws, dtype=int),
+        draw=np.arange(n_draws),
+    )
+    mean = draws.mean()
+    np.testing.assert_allclose(mean.intercept[0], icpt.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(mean.discrimination[0], disc.mean(axis=0), rtol=1e-12)
+    theta = np.array([[-1.0, 0.0, 1.5]])
+    plug = mean.prob(theta)[0]  # (3, 2)
+    averaged = draws.prob(np.broadcast_to(theta, (n_draws, 3))).mean(axis=0)
+    assert np.abs(plug - averaged).max() < 0.02, (plug, averaged)
+    # the difficulty's own mean is far off for the flat item
+    assert abs(np.mean(-icpt[:, 0] / disc[:, 0]) - mean.difficulty[0, 0]) > 1.0
