@@ -300,7 +300,14 @@ class AdaptiveState:
         n_obs = observed.sum(axis=1)
         n_unobs = d.n_items - n_obs
         if self.misfit is not None:
-            extra = subset_widening(self.misfit.population, d, ability, observed, rng)
+            extra = subset_widening(
+                self.misfit.population,
+                d,
+                ability,
+                observed,
+                rng,
+                about_shift=self.misfit.item_shifted,
+            )
             seen = (prob @ observed[0].astype(np.float32)).astype(np.float64)[:, None]
             level = None
             if self.misfit.item_shifted:  # as score: m and r about the shifted prediction
@@ -407,7 +414,13 @@ class AdaptiveState:
         prob, slope = plugin_response(self._mean, self._ability.mean(axis=0)[None])
         prob, slope = prob[0], slope[0]
         excess = self.misfit.population.excess_if_added(
-            prob, slope, observed, cand, positions, random_seed=[self.settings.seed, self.n_used]
+            prob,
+            slope,
+            observed,
+            cand,
+            positions,
+            random_seed=[self.settings.seed, self.n_used],
+            about_shift=self.misfit.item_shifted,
         )
         rest = self.draws.n_items - self.n_used - 1
         return np.maximum(excess, 0.0) * rest**2

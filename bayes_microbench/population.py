@@ -223,16 +223,36 @@ class Population:
         pos = pd.Index(self.items).get_indexer(np.asarray(items).astype(str))
         return None if (pos < 0).any() else pos
 
-    def quadratic(self, v: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
+    def quadratic(
+        self, v: np.ndarray, positions: np.ndarray | None = None, *, about_shift: bool = False
+    ) -> np.ndarray:
         """``v' E v`` for error vectors ``v`` ``(..., N)`` over the items at ``positions``.
 
-        Returns ``(...)``, clipped at 0.
+        ``about_shift``: ``E`` about the item shift, ``E - S' S / G`` with ``S``
+        the :attr:`item_shift` table (``G`` groups of equal size): the misfit
+        left once the centre carries each group's mean residual (without the
+        table: ``E``). Returns ``(...)``, clipped at 0.
         """
-        factor = self.factor if positions is None else self.factor[positions]
+        columns, sign = self._columns(positions, about_shift)
         diag = self.diag if positions is None else self.diag[positions]
         v = np.asarray(v, dtype=np.float64)
-        low = v @ factor
-        return np.maximum((low * low).sum(axis=-1) + (v * v) @ diag, 0.0)
+        low = v @ columns
+        return np.maximum((low * low) @ sign + (v * v) @ diag, 0.0)
+
+    def _columns(
+        self, positions: np.ndarray | None, about_shift: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The factor's columns at ``positions``, and with ``about_shift`` the item
+        shift's rows scaled by ``1 / sqrt(G)`` beside them, with their signs (+1, -1)."""
+        factor = np.asarray(
+            self.factor if positions is None else self.factor[positions], dtype=np.float64
+        )
+        sign = np.ones(factor.shape[1])
+        if not about_shift or self.item_shift is None:
+            return factor, sign
+        shift = self.item_shift if positions is None else self.item_shift[:, positions]
+        shift = np.asarray(shift, dtype=np.float64).T / np.sqrt(shift.shape[0])
+        return np.hstack([factor, shift]), np.concatenate([sign, -np.ones(shift.shape[1])])
 
     def subset_excess(
         self,
@@ -243,6 +263,7 @@ class Population:
         *,
         n_random: int = SUBSET_EXCESS_RANDOM,
         random_seed: int | np.random.Generator | None = 0,
+        about_shift: bool = False,
     ) -> np.ndarray:
         """How much more misfit variance each llm's observed subset carries than a random one.
 
@@ -273,6 +294,11 @@ class Population:
             Random subsets per llm for the reference.
         random_seed
             Seed of the random subsets.
+        about_shift
+            Measure the misfit about the item shift (:meth:`quadratic`): for a
+            calibration whose centre carries it (``Misfit.item_shifted``), so the
+            bias the shift removes is not counted again as spread
+            (docs/decisions/0045-the-widening-about-the-shift.md).
 
         Returns
         -------
@@ -288,7 +314,7 @@ class Population:
         out = np.zeros(observed.shape[0])
         for j, masks in _with_random_masks(observed, n_random, rng):
             v = _error_vectors(score_weight[j], slope[j], info[j], masks)
-            ex = self.quadratic(v, positions)
+            ex = self.quadratic(v, positions, about_shift=about_shift)
             out[j] = ex[0] - ex[1:].mean()
         return out
 
@@ -410,6 +436,7 @@ class Population:
         *,
         n_random: int = SUBSET_EXCESS_RANDOM,
         random_seed: int | Sequence[int] | np.random.Generator | None = 0,
+        about_shift: bool = False,
     ) -> np.ndarray:
         """One llm's :meth:`subset_excess` after adding each candidate item to its subset.
 
@@ -436,6 +463,8 @@ class Population:
             The ``N`` items' positions in :attr:`items` (default: all, in order).
         n_random, random_seed
             The random subsets of size ``|S| + 1`` the excess is measured against.
+        about_shift
+            As in :meth:`subset_excess`.
 
         Returns
         -------
@@ -451,9 +480,8 @@ class Population:
         n_u1 = int((~seen).sum()) - 1
         if len(cand) == 0 or n_u1 < 1:
             return np.zeros(len(cand))
-        factor = self.factor if positions is None else self.factor[positions]
+        factor, sign = self._columns(positions, about_shift)
         diag = self.diag if positions is None else self.diag[positions]
-        factor = np.asarray(factor, dtype=np.float64)
         diag = np.asarray(diag, dtype=np.float64)
         w, info = _score_weights(prob, slope)
         unseen = ~seen
@@ -480,10 +508,11 @@ class Population:
                 (w[seen, None] * factor[seen]).sum(axis=0) + w_c[:, None] * f_c
             )
             on_diag = rest_diag + coef**2 * ((w[seen] ** 2 * diag[seen]).sum() + w_c**2 * d_c)
-        own = np.maximum((low * low).sum(axis=1) + on_diag, 0.0)
+        own = np.maximum((low * low) @ sign + on_diag, 0.0)
         rng = np.random.default_rng(random_seed)
         masks = _random_masks(rng, n_random, n_items, int(seen.sum()) + 1)
-        ref = self.quadratic(_error_vectors(w, slope, info, masks), positions).mean()
+        v = _error_vectors(w, slope, info, masks)
+        ref = self.quadratic(v, positions, about_shift=about_shift).mean()
         return own - ref
 
     def density(self, theta: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:

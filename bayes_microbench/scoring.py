@@ -172,7 +172,9 @@ def score(
     hits, expected, seen = _unobserved_hits(draws, ability, observed, rng)
     n_unobs = n_bench - n_obs
     if misfit is not None:
-        extra = subset_widening(misfit.population, draws, ability, observed, rng)
+        extra = subset_widening(
+            misfit.population, draws, ability, observed, rng, about_shift=misfit.item_shifted
+        )
         level = None
         if misfit.item_shifted:  # the calibration's m and r were taken about the shift
             shift_u, shift_o, level = prediction_shift(misfit.population, draws, ability, observed)
@@ -276,6 +278,8 @@ def subset_widening(
     ability: np.ndarray,
     observed: np.ndarray,
     rng: np.random.Generator,
+    *,
+    about_shift: bool = False,
 ) -> np.ndarray | None:
     """Each llm's subset excess misfit variance (see :meth:`Population.subset_excess`).
 
@@ -291,6 +295,8 @@ def subset_widening(
         ``(llms, items)`` bool: each llm's observed items.
     rng
         Source of the random reference subsets' seed.
+    about_shift
+        The misfit about the population's item shift (for an item-shifted calibration).
 
     Returns
     -------
@@ -304,7 +310,9 @@ def subset_widening(
         return None
     population, positions, prob, slope = view
     seed = int(rng.integers(2**31))
-    return population.subset_excess(prob, slope, observed, positions, random_seed=seed)
+    return population.subset_excess(
+        prob, slope, observed, positions, random_seed=seed, about_shift=about_shift
+    )
 
 
 def residual_carry(

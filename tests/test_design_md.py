@@ -479,3 +479,13 @@ def test_md_excess_if_added_is_the_subset_excess_of_the_larger_subset(world):
     # adding an item of the loaded cluster raises the excess; one of the other half lowers it
     inside, outside = fast[cand < N_ITEMS // 2], fast[cand >= N_ITEMS // 2]
     assert np.median(inside) > 0 > np.median(outside)
+    # about the item shift (an item-shifted calibration's widening) the update holds too
+    assert clustered.item_shift is not None
+    shifted = clustered.excess_if_added(prob, grad, seen, cand, random_seed=9, about_shift=True)
+    for k, c in enumerate(cand):
+        grown = seen.copy()
+        grown[c] = True
+        slow[k] = clustered.subset_excess(
+            prob[None], grad[None], grown[None], random_seed=9, about_shift=True
+        )[0]
+    np.testing.assert_allclose(shifted, slow, rtol=1e-9, atol=1e-15)

@@ -518,8 +518,9 @@ def test_item_shift_carries_what_the_model_gets_wrong_to_any_subset():
     parameters, all discriminations positive) cannot say: the population's item shift finds
     it, and the calibration taken about it scores a subset that leaves those items
     unobserved with a smaller error, keeping coverage; a random subset is not hurt."""
+    from bayes_microbench.ability import ability_posterior_samples
     from bayes_microbench.misfit import estimate_misfit
-    from bayes_microbench.scoring import score
+    from bayes_microbench.scoring import score, subset_widening
 
     _, truth = simulate_responses(
         "mmlu-pro", n_llms=600, n_items=240, random_seed=51, return_truth=True
@@ -546,6 +547,19 @@ def test_item_shift_carries_what_the_model_gets_wrong_to_any_subset():
 
     plain, shifted = calibration(None), calibration(pop)
     assert shifted.item_shifted and not plain.item_shifted
+    # the widening of the subset that leaves the reversed items out: about the shift, the
+    # group means the shifted centre carries are not counted again as spread
+    draws = item_draws(post)
+    y = held.values.copy()
+    y[:, 80:] = np.nan
+    ability, _ = ability_posterior_samples(draws.subset(np.arange(80)), y[:, :80], random_seed=0)
+    extra = {
+        about: subset_widening(
+            pop, draws, ability, ~np.isnan(y), np.random.default_rng(0), about_shift=about
+        )
+        for about in (False, True)
+    }
+    assert np.median(extra[True]) < 0.5 * np.median(extra[False]), extra
     real = held.accuracy().to_numpy()
     results = {}
     for design, items in (
@@ -561,3 +575,49 @@ def test_item_shift_carries_what_the_model_gets_wrong_to_any_subset():
     assert results["fixed", "shifted"][0] < 0.75 * results["fixed", "plain"][0], results
     assert results["random", "shifted"][0] < 1.05 * results["random", "plain"][0], results
     assert all(cov >= 0.83 for _, cov in results.values()), results
+
+
+def test_the_misfit_about_the_shift_leaves_out_each_groups_mean():
+    """``quadratic(about_shift=True)`` is ``v' (E - S' S / G) v`` (clipped at 0), the
+    plain form without the table, and the one-pass look-ahead agrees with it."""
+    rng = np.random.default_rng(8)
+    n = 12
+    pop = Population(
+        items=np.array([f"i{k}" for k in range(n)]),
+        ability=np.zeros(5),
+        factor=rng.normal(0, 0.2, (n, 3)),
+        diag=np.full(n, 0.01),
+        n_llms=200,
+        shift_accuracy=np.array([0.3, 0.5, 0.7]),
+        item_shift=rng.normal(0, 0.05, (3, n)),
+    )
+    v = rng.normal(0, 0.1, (4, n))
+    e = pop.factor @ pop.factor.T + np.diag(pop.diag)
+    s = pop.item_shift
+    want = np.einsum("ai,ij,aj->a", v, e - s.T @ s / 3, v)
+    np.testing.assert_allclose(pop.quadratic(v, about_shift=True), np.maximum(want, 0.0))
+    np.testing.assert_allclose(pop.quadratic(v), np.einsum("ai,ij,aj->a", v, e, v))
+    older = dataclasses.replace(pop, item_shift=None, shift_accuracy=None)
+    np.testing.assert_allclose(older.quadratic(v, about_shift=True), pop.quadratic(v))
+    pos = np.array([4, 0, 7])
+    np.testing.assert_allclose(
+        pop.quadratic(v[:, :3], pos, about_shift=True),
+        np.maximum(
+            np.einsum("ai,ij,aj->a", v[:, :3], (e - s.T @ s / 3)[np.ix_(pos, pos)], v[:, :3]),
+            0.0,
+        ),
+    )
+    prob = rng.uniform(0.2, 0.8, n)
+    slope = prob * (1 - prob)
+    seen = np.zeros(n, dtype=bool)
+    seen[[1, 2, 5]] = True
+    cand = np.nonzero(~seen)[0]
+    fast = pop.excess_if_added(prob, slope, seen, cand, random_seed=9, about_shift=True)
+    slow = np.empty(len(cand))
+    for k, c in enumerate(cand):
+        grown = seen.copy()
+        grown[c] = True
+        slow[k] = pop.subset_excess(
+            prob[None], slope[None], grown[None], random_seed=9, about_shift=True
+        )[0]
+    np.testing.assert_allclose(fast, slow, rtol=1e-9, atol=1e-15)
