@@ -50,7 +50,7 @@ from ._defaults import DEFAULT_CI_PROB, seed_or_fresh
 from ._validate import check_positive_int, check_probability, preview
 from .exceptions import UserInputError
 from .population import Population
-from .posterior import DEFAULT_MAX_DRAWS, ItemDraws, item_draws
+from .posterior import DEFAULT_MAX_DRAWS, ItemDraws, item_draws, open_posterior
 
 logger = logging.getLogger(__name__)
 
@@ -1124,18 +1124,32 @@ def build_design(
 
 
 def simulate_source(
-    draws: ItemDraws, n_llms: int, rng: np.random.Generator
+    draws: ItemDraws,
+    n_llms: int,
+    rng: np.random.Generator,
+    population: Population | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Posterior-predictive responses of ``n_llms`` population llms under one random draw.
 
     Abilities from the prior: ``Normal(0, 1)``, or ``Normal(0, I_D)`` for a
-    ``2pl-md`` posterior (returned as (n_llms,) or (n_llms, D)).
+    ``2pl-md`` posterior (returned as (n_llms,) or (n_llms, D)). With a
+    ``population`` (of the posterior's dims, covering its items): abilities drawn
+    from its fitted llms' (with replacement), and the probabilities moved by their
+    misfit (:meth:`Population.with_misfit`), so the llms miss the model as real
+    ones do.
     """
     s = int(rng.integers(draws.n_draws))
-    shape = n_llms if draws.loadings is None else (n_llms, draws.n_dims)
-    ability = rng.standard_normal(shape)
+    if population is None:
+        shape = n_llms if draws.loadings is None else (n_llms, draws.n_dims)
+        ability = rng.standard_normal(shape)
+    else:
+        positions = population_positions(population, draws)
+        ability = np.asarray(population.ability, dtype=np.float64)
+        ability = ability[rng.integers(len(ability), size=n_llms)]
     one = draws.select_draws([s])
     p = one.prob(ability[None, :])[0]
+    if population is not None:
+        p = population.with_misfit(p, rng, positions)
     return (rng.random(p.shape) < p).astype(np.float64), ability
 
 
@@ -1395,7 +1409,12 @@ def select_from_posterior(
     (``bayes-fisher``, ``bayes-ranking``) work from the posterior's item draws
     directly; the study's frequentist selectors need source responses, so they
     run on ``n_source`` llms simulated from the posterior's population (one
-    posterior draw), as in :func:`selector_design`.
+    posterior draw), as in :func:`selector_design`. Where the posterior carries
+    a calibration with its fitted llms' population, the simulated llms carry their
+    misfit (:func:`simulate_source`), and a Bayesian selector's estimator is
+    calibrated on them, with its random fallback: why, a posterior alone gives
+    llms that follow the model, on which the informative items always look best
+    (docs/decisions/0046-posterior-sources-carry-the-misfit.md).
 
     Returns
     -------
@@ -1412,18 +1431,39 @@ def select_from_posterior(
         weights = np.full(n, 1.0 / n)
         info = {}
     else:
-        instance = _selector_instance(selector, draws, calibrate=False)
-        source = simulate_source(draws, n_source, rng)[0]
+        population = _source_population(posterior, draws)
+        instance = _selector_instance(selector, draws, calibrate=population is not None)
+        source = simulate_source(draws, n_source, rng, population)[0]
         prepared = instance.prepare(source, codes, None, rng)
         selection = prepared.select(n, rng)
         chosen = np.asarray(selection.items, dtype=np.int64)
         weights = np.asarray(selection.weights, dtype=np.float64)
         info = dict(selection.info)
-        if getattr(instance, "with_item_draws", None) is None:
+        if population is not None:
+            info["source"] = (
+                f"{n_source} llms simulated from the posterior with its fitted llms' "
+                "abilities and misfit"
+            )
+        elif getattr(instance, "with_item_draws", None) is None:
             info["source"] = f"{n_source} llms simulated from the posterior"
     ids = [str(i) for i in draws.items[chosen]]
     subtasks = [str(s) for s in draws.subtask[chosen]]
     return ids, subtasks, weights, info
+
+
+def _source_population(posterior: Any, draws: ItemDraws) -> Population | None:
+    """The saved population :func:`select_from_posterior` simulates its llms from, when
+    the posterior carries one that serves its draws (else None, logged)."""
+    population = getattr(open_posterior(posterior)[1], "population", None)
+    if population is None:
+        logger.debug("select: the posterior carries no fitted population")
+        return None
+    try:
+        population_positions(population, draws)
+    except UserInputError as err:
+        logger.debug("select: the saved population is not used: %s", err)
+        return None
+    return population
 
 
 def curves_tables(res: xr.Dataset, label: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -351,15 +351,65 @@ class Population:
         mask = np.asarray(mask, dtype=bool)
         if self.item_shift is None or self.shift_accuracy is None:
             return np.zeros(mask.shape[0])
+        per_item = self._item_shift_at(accuracy, positions)  # (L, N)
+        count = mask.sum(axis=1)
+        total = np.where(mask, per_item, 0.0).sum(axis=1)
+        return np.where(count > 0, total / np.maximum(count, 1), 0.0)
+
+    def _item_shift_at(self, accuracy: np.ndarray, positions: np.ndarray | None) -> np.ndarray:
+        """:attr:`item_shift` at each llm's ``accuracy`` (L,): (L, N), interpolated linearly
+        between the group centres (constant beyond); needs the table."""
+        assert self.item_shift is not None and self.shift_accuracy is not None
         table = self.item_shift if positions is None else self.item_shift[:, positions]
         centres = self.shift_accuracy
         weights = np.stack(
             [np.interp(accuracy, centres, e) for e in np.eye(len(centres))], axis=1
         )  # (L, G): tent weights of each llm's accuracy on the group centres
-        per_item = weights @ table  # (L, N)
-        count = mask.sum(axis=1)
-        total = np.where(mask, per_item, 0.0).sum(axis=1)
-        return np.where(count > 0, total / np.maximum(count, 1), 0.0)
+        return weights @ np.asarray(table, dtype=np.float64)
+
+    def with_misfit(
+        self, prob: np.ndarray, rng: np.random.Generator, positions: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The model's probabilities ``prob`` (L, N) moved by misfit like the fitted llms'.
+
+        Each llm's row gets the item shift at its expected accuracy (the group means)
+        plus a draw of ``Normal(0, E - S'S/G)``, the misfit about them
+        (:meth:`quadratic` with ``about_shift``: the factor's low-rank part, its
+        negative directions dropped, and the diagonal), clipped to ``[0, 1]``;
+        Bernoulli draws of the result then have the fitted llms' excess covariance
+        on top of the model's noise.
+
+        Why: llms simulated from the model alone follow it exactly, so a selector's
+        estimator calibrated on them learns nothing and its random fallback never
+        sees the misfit that makes a random subset the better design
+        (docs/decisions/0046-posterior-sources-carry-the-misfit.md).
+
+        Parameters
+        ----------
+        prob
+            ``(L, N)`` probabilities correct from the model.
+        rng
+            Source of the misfit draws.
+        positions
+            The ``N`` items' positions in :attr:`items` (default: all, in order).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(L, N)`` in ``[0, 1]``.
+        """
+        prob = np.asarray(prob, dtype=np.float64)
+        columns, sign = self._columns(positions, about_shift=True)
+        q, r = np.linalg.qr(columns)
+        lam, vec = np.linalg.eigh((r * sign) @ r.T)
+        keep = lam > 0
+        low = q @ (vec[:, keep] * np.sqrt(lam[keep]))
+        diag = np.maximum(self.diag if positions is None else self.diag[positions], 0.0)
+        noise = rng.standard_normal((prob.shape[0], low.shape[1])) @ low.T
+        noise += rng.standard_normal(prob.shape) * np.sqrt(diag)
+        if self.item_shift is not None:
+            noise += self._item_shift_at(prob.mean(axis=1), positions)
+        return np.clip(prob + noise, 0.0, 1.0)
 
     def residual_carry(
         self,

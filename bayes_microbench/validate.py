@@ -74,6 +74,12 @@ class FittedPosterior:
     converged: bool | None = None
     note: str = ""
 
+    @property
+    def calibration(self) -> Any:
+        """The calibration, under the name a fit carries it by (so that
+        :func:`~bayes_microbench.posterior.open_posterior` reads both alike)."""
+        return self.misfit
+
 
 @dataclass
 class ValidationResult:
@@ -341,7 +347,7 @@ def validate(
         truth = np.nanmean(values, axis=1)
         for design in designs_t:
             for n in sizes_t:
-                subsets = _subsets(design, fitted.posterior, n, post_items, n_replicates, rng)
+                subsets = _subsets(design, fitted, n, post_items, n_replicates, rng)
                 covered, widths, errors = [], [], []
                 diffs, corrects = [], []
                 for pos, weights in subsets:

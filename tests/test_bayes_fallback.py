@@ -32,6 +32,14 @@ def subtask_world(
     With ``effect`` > 0 the subtasks' discriminations differ too (log-sd 0.8 between
     subtasks), so that the most informative items crowd into a few subtasks, as on BBH.
     """
+    y, codes, _ = subtask_world_with_items(seed, effect, n_sub, per_sub, n_llms)
+    return y, codes
+
+
+def subtask_world_with_items(
+    seed: int, effect: float, n_sub: int = 8, per_sub: int = 50, n_llms: int = 400
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """:func:`subtask_world` and the items' true (discrimination, difficulty)."""
     rng = np.random.default_rng(seed)
     codes = np.repeat(np.arange(n_sub), per_sub)
     spread = 0.8 if effect > 0 else 0.0
@@ -39,7 +47,7 @@ def subtask_world(
     b = rng.normal(0.0, 1.0, codes.size)
     theta = rng.standard_normal(n_llms)[:, None] + effect * rng.standard_normal((n_llms, n_sub))
     p = 1.0 / (1.0 + np.exp(-a * (theta[:, codes] - b)))
-    return (rng.random(p.shape) < p).astype(np.float64), codes
+    return (rng.random(p.shape) < p).astype(np.float64), codes, (a, b)
 
 
 def bbh_like(seed: int, n_llms: int = 400) -> tuple[np.ndarray, np.ndarray]:
@@ -196,3 +204,42 @@ def test_few_random_items_do_not_displace_the_informative_ones_on_one_ability(se
     for n in (5, 10, 25):
         sel = prepared.select(n, random_seed=seed)
         assert sel.info["estimator"] != bf.RANDOM_FALLBACK, n
+
+
+@pytest.mark.parametrize(("effect", "want"), [(1.0, bf.RANDOM_FALLBACK), (0.0, "calibrated")])
+def test_select_from_a_posterior_sees_the_misfit_its_calibration_carries(effect, want):
+    """From a posterior alone the simulated llms follow the model and the informative
+    items are always kept; with the fitted llms' population (a calibration) the simulated
+    llms miss the model as the fitted ones did, so a large subset of a benchmark that
+    one ability does not carry goes random, and one that it carries stays informative."""
+    import types
+
+    import pandas as pd
+
+    from bayes_microbench.design import select_from_posterior
+    from bayes_microbench.population import estimate_population
+    from bayes_microbench.testing import posterior_from_truth
+    from bayes_microbench.validate import FittedPosterior
+
+    y, codes, (a, b) = subtask_world_with_items(4, effect, n_sub=16, per_sub=50, n_llms=300)
+    items = [f"q{i}" for i in range(y.shape[1])]
+    truth = types.SimpleNamespace(
+        difficulty=pd.Series(b, index=items),
+        discrimination=pd.Series(a, index=items),
+        guessing=pd.Series(np.zeros(len(items)), index=items),
+        config=types.SimpleNamespace(benchmark="subtasks"),
+    )
+    labels = [f"s{c}" for c in codes]
+    post = posterior_from_truth(truth, n_draws=50, subtask=labels, random_seed=0)
+    resp = Responses.from_arrays(y, [f"llm{i}" for i in range(len(y))], items, subtask=labels)
+    population = estimate_population(post, resp)
+    carried = FittedPosterior(post, types.SimpleNamespace(population=population))
+    plain = select_from_posterior(post, "bayes-fisher", 400, random_seed=0)[3]
+    assert plain["estimator"] == "posterior mean" and "note" not in plain
+    info = select_from_posterior(carried, "bayes-fisher", 400, random_seed=0)[3]
+    assert "misfit" in info["source"]
+    if want == "calibrated":
+        assert info["estimator"] == "posterior mean, calibrated on the source llms", info
+    else:
+        assert info["estimator"] == want, info
+        assert "returned a random subset of 400" in info["note"]

@@ -621,3 +621,35 @@ def test_the_misfit_about_the_shift_leaves_out_each_groups_mean():
             prob[None], slope[None], grown[None], random_seed=9, about_shift=True
         )[0]
     np.testing.assert_allclose(fast, slow, rtol=1e-9, atol=1e-15)
+
+
+def test_with_misfit_draws_the_shift_and_the_misfit_about_it():
+    """Probabilities moved by :meth:`Population.with_misfit` have, across many draws, the
+    item shift at the llm's accuracy as their mean and ``E - S'S/G`` (its positive part)
+    plus the diagonal as their covariance; clipped to [0, 1]."""
+    rng = np.random.default_rng(2)
+    n = 5
+    factor = np.array([[0.10, 0.00], [0.08, 0.02], [0.00, 0.09], [0.05, 0.05], [0.0, 0.0]])
+    shift = np.array([[0.04, -0.02, 0.0, 0.03, -0.05], [-0.04, 0.02, 0.0, -0.03, 0.05]])
+    pop = Population(
+        items=np.array([f"i{k}" for k in range(n)]),
+        ability=np.zeros(3),
+        factor=factor,
+        diag=np.array([0.001, 0.002, 0.0, 0.001, -0.001]),
+        n_llms=100,
+        shift_accuracy=np.array([0.4, 0.6]),
+        item_shift=shift,
+    )
+    prob = np.full((40_000, n), 0.5)
+    moved = pop.with_misfit(prob, rng)
+    assert moved.min() >= 0.0 and moved.max() <= 1.0
+    delta = moved - prob
+    # accuracy 0.5 sits halfway between the groups: the shift's mean there is 0
+    np.testing.assert_allclose(delta.mean(axis=0), 0.0, atol=0.002)
+    want = factor @ factor.T - shift.T @ shift / 2
+    lam, vec = np.linalg.eigh(want)
+    want = (vec * np.maximum(lam, 0.0)) @ vec.T + np.diag(np.maximum(pop.diag, 0.0))
+    np.testing.assert_allclose(np.cov(delta.T), want, atol=0.0006)
+    # at a group's accuracy its shift is the mean
+    low = pop.with_misfit(np.full((40_000, n), 0.4), rng) - 0.4
+    np.testing.assert_allclose(low.mean(axis=0), shift[0], atol=0.002)
