@@ -1402,6 +1402,7 @@ def select_from_posterior(
     n_source: int = 300,
     random_seed: int | None = 0,
     max_draws: int | None = DEFAULT_MAX_DRAWS,
+    population: Any = "saved",
 ) -> tuple[list[str], list[str], np.ndarray, dict[str, Any]]:
     """Choose ``n`` items of a posterior's benchmark with any registered selector.
 
@@ -1410,11 +1411,13 @@ def select_from_posterior(
     directly; the study's frequentist selectors need source responses, so they
     run on ``n_source`` llms simulated from the posterior's population (one
     posterior draw), as in :func:`selector_design`. Where the posterior carries
-    a calibration with its fitted llms' population, the simulated llms carry their
-    misfit (:func:`simulate_source`), and a Bayesian selector's estimator is
-    calibrated on them, with its random fallback: why, a posterior alone gives
-    llms that follow the model, on which the informative items always look best
+    a calibration with its fitted llms' population (``population="saved"``, or
+    one given), the simulated llms carry their misfit (:func:`simulate_source`),
+    and a Bayesian selector's estimator is calibrated on them, with its random
+    fallback: why, a posterior alone gives llms that follow the model, on which
+    the informative items always look best
     (docs/decisions/0046-posterior-sources-carry-the-misfit.md).
+    ``population=None`` simulates from the model alone.
 
     Returns
     -------
@@ -1431,7 +1434,7 @@ def select_from_posterior(
         weights = np.full(n, 1.0 / n)
         info = {}
     else:
-        population = _source_population(posterior, draws)
+        population = _source_population(posterior, draws, population)
         instance = _selector_instance(selector, draws, calibrate=population is not None)
         source = simulate_source(draws, n_source, rng, population)[0]
         prepared = instance.prepare(source, codes, None, rng)
@@ -1451,10 +1454,14 @@ def select_from_posterior(
     return ids, subtasks, weights, info
 
 
-def _source_population(posterior: Any, draws: ItemDraws) -> Population | None:
-    """The saved population :func:`select_from_posterior` simulates its llms from, when
-    the posterior carries one that serves its draws (else None, logged)."""
-    population = getattr(open_posterior(posterior)[1], "population", None)
+def _source_population(posterior: Any, draws: ItemDraws, population: Any) -> Population | None:
+    """The population :func:`select_from_posterior` simulates its llms from: given, or
+    (``"saved"``) the one the posterior's calibration carries; None where there is none
+    or it does not serve the draws (logged)."""
+    if isinstance(population, str) and population == "saved":
+        population = getattr(open_posterior(posterior)[1], "population", None)
+    else:
+        population = resolve_population(posterior, population)
     if population is None:
         logger.debug("select: the posterior carries no fitted population")
         return None

@@ -109,3 +109,14 @@ def test_select_json_feeds_mdad_subset(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "quote.csv" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_select_from_a_shipped_model_simulates_with_its_calibration(tmp_path):
+    """``select --posterior gpqa`` reads the shipped model's calibration: its llms are
+    simulated with the fitted llms' misfit and the estimator is calibrated on them."""
+    out = tmp_path / "subset.json"
+    args = ["select", "--posterior", "gpqa", "--selector", "bayes-fisher", "--n", "60"]
+    assert main([*args, "--output", str(out), "--quiet"]) == 0
+    info = json.loads(out.read_text())["info"]
+    assert "misfit" in info["source"], info
+    assert "calibrated on the source llms" in info["estimator"], info

@@ -122,13 +122,17 @@ def _check_n(n: int, n_items: int, source: str) -> None:
 
 
 def _run_from_posterior(args: argparse.Namespace) -> int:
-    from ..design import select_from_posterior
-    from ..posterior import read_posterior
+    from ..design import saved_population, select_from_posterior
+    from ..posterior import read_posterior_file
 
-    posterior = read_posterior(args.posterior)
+    posterior, saved = read_posterior_file(args.posterior)
     _check_n(args.n, int(posterior.sizes["item"]), f"--posterior {args.posterior}")
     ids, subtasks, weights, info = select_from_posterior(
-        posterior, args.selector, args.n, random_seed=args.seed
+        posterior,
+        args.selector,
+        args.n,
+        random_seed=args.seed,
+        population=saved_population(saved, args.posterior),
     )
     return _emit(args, str(args.posterior), ids, subtasks, weights, info)
 
