@@ -210,7 +210,7 @@ def test_few_random_items_do_not_displace_the_informative_ones_on_one_ability(se
 def test_select_from_a_posterior_sees_the_misfit_its_calibration_carries(effect, want):
     """From a posterior alone the simulated llms follow the model and the informative
     items are always kept; with the fitted llms' population (a calibration) the simulated
-    llms miss the model as the fitted ones did, so a large subset of a benchmark that
+    llms miss the model as the fitted ones did, so a subset of a third of a benchmark that
     one ability does not carry goes random, and one that it carries stays informative."""
     import types
 
@@ -221,7 +221,7 @@ def test_select_from_a_posterior_sees_the_misfit_its_calibration_carries(effect,
     from bayes_microbench.testing import posterior_from_truth
     from bayes_microbench.validate import FittedPosterior
 
-    y, codes, (a, b) = subtask_world_with_items(4, effect, n_sub=16, per_sub=50, n_llms=300)
+    y, codes, (a, b) = subtask_world_with_items(4, effect, n_sub=16, per_sub=40, n_llms=300)
     items = [f"q{i}" for i in range(y.shape[1])]
     truth = types.SimpleNamespace(
         difficulty=pd.Series(b, index=items),
@@ -234,12 +234,12 @@ def test_select_from_a_posterior_sees_the_misfit_its_calibration_carries(effect,
     resp = Responses.from_arrays(y, [f"llm{i}" for i in range(len(y))], items, subtask=labels)
     population = estimate_population(post, resp)
     carried = FittedPosterior(post, types.SimpleNamespace(population=population))
-    plain = select_from_posterior(post, "bayes-fisher", 400, random_seed=0)[3]
+    plain = select_from_posterior(post, "bayes-fisher", 200, random_seed=0)[3]
     assert plain["estimator"] == "posterior mean" and "note" not in plain
-    info = select_from_posterior(carried, "bayes-fisher", 400, random_seed=0)[3]
+    info = select_from_posterior(carried, "bayes-fisher", 200, random_seed=0)[3]
     assert "misfit" in info["source"]
     if want == "calibrated":
         assert info["estimator"] == "posterior mean, calibrated on the source llms", info
     else:
         assert info["estimator"] == want, info
-        assert "returned a random subset of 400" in info["note"]
+        assert "returned a random subset of 200" in info["note"]
