@@ -2,7 +2,9 @@
 
 With ``--responses`` the selector learns from every llm in the file (the
 source llms) on every item; with ``--posterior`` the Bayesian selectors work
-from a saved IRT posterior instead (and ``random`` needs nothing else).
+from a saved IRT posterior instead, on llms simulated from it with the misfit of
+the llms it was fitted on (its calibration), so that there too a size goes to a
+random subset where that ranks close pairs better (``random`` needs nothing else).
 The output JSON lists the chosen item ids with their estimator weights, and,
 for item ids of the form ``task:doc_id``, the ``lm_eval_samples`` mapping that
 lm-evaluation-harness takes as ``--samples`` (see the README).
