@@ -53,3 +53,16 @@ def require_accelerators(*names: str) -> None:
     off = {n: state[n] for n in names if state[n] != "active"}
     if off:
         pytest.skip("not active here: " + "; ".join(f"{n}: {why}" for n, why in off.items()))
+
+
+def excess_of_each_grown(population, prob, slope, seen, candidates, **kwargs):
+    """:meth:`Population.subset_excess` recomputed for ``seen + {c}``, each candidate ``c``:
+    the slow reference :meth:`Population.excess_if_added` is checked against."""
+    import numpy as np
+
+    out = np.empty(len(candidates))
+    for k, c in enumerate(candidates):
+        grown = seen.copy()
+        grown[c] = True
+        out[k] = population.subset_excess(prob[None], slope[None], grown[None], **kwargs)[0]
+    return out

@@ -24,7 +24,7 @@ from bayes_microbench.misfit import Misfit
 from bayes_microbench.population import Population, estimate_population
 from bayes_microbench.posterior import item_draws
 
-from .conftest import write_posterior
+from .conftest import excess_of_each_grown, write_posterior
 
 N_LLMS, N_ITEMS = 200, 60
 
@@ -470,11 +470,7 @@ def test_md_excess_if_added_is_the_subset_excess_of_the_larger_subset(world):
     seen[rng.choice(N_ITEMS // 2, 10, replace=False)] = True  # the loaded half only
     cand = np.nonzero(~seen)[0]
     fast = clustered.excess_if_added(prob, grad, seen, cand, random_seed=9)
-    slow = np.empty(len(cand))
-    for k, c in enumerate(cand):
-        grown = seen.copy()
-        grown[c] = True
-        slow[k] = clustered.subset_excess(prob[None], grad[None], grown[None], random_seed=9)[0]
+    slow = excess_of_each_grown(clustered, prob, grad, seen, cand, random_seed=9)
     np.testing.assert_allclose(fast, slow, rtol=1e-9, atol=1e-15)
     # adding an item of the loaded cluster raises the excess; one of the other half lowers it
     inside, outside = fast[cand < N_ITEMS // 2], fast[cand >= N_ITEMS // 2]
@@ -482,10 +478,5 @@ def test_md_excess_if_added_is_the_subset_excess_of_the_larger_subset(world):
     # about the item shift (an item-shifted calibration's widening) the update holds too
     assert clustered.item_shift is not None
     shifted = clustered.excess_if_added(prob, grad, seen, cand, random_seed=9, about_shift=True)
-    for k, c in enumerate(cand):
-        grown = seen.copy()
-        grown[c] = True
-        slow[k] = clustered.subset_excess(
-            prob[None], grad[None], grown[None], random_seed=9, about_shift=True
-        )[0]
+    slow = excess_of_each_grown(clustered, prob, grad, seen, cand, random_seed=9, about_shift=True)
     np.testing.assert_allclose(shifted, slow, rtol=1e-9, atol=1e-15)

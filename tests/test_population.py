@@ -16,6 +16,8 @@ from bayes_microbench.population import Population, estimate_population
 from bayes_microbench.posterior import item_draws
 from bayes_microbench.testing import posterior_from_truth
 
+from .conftest import excess_of_each_grown
+
 N_ITEMS = 200
 HALF = N_ITEMS // 2
 
@@ -317,11 +319,7 @@ def test_excess_if_added_is_the_subset_excess_of_the_larger_subset(model_world):
     seen[rng.choice(HALF, 20, replace=False)] = True  # asked so far: the loaded half only
     cand = np.nonzero(~seen)[0]
     fast = clustered.excess_if_added(prob, slope, seen, cand, random_seed=9)
-    slow = np.empty(len(cand))
-    for k, c in enumerate(cand):
-        grown = seen.copy()
-        grown[c] = True
-        slow[k] = clustered.subset_excess(prob[None], slope[None], grown[None], random_seed=9)[0]
+    slow = excess_of_each_grown(clustered, prob, slope, seen, cand, random_seed=9)
     np.testing.assert_allclose(fast, slow, rtol=1e-9, atol=1e-15)
     inside = fast[cand < HALF]
     outside = fast[cand >= HALF]
@@ -613,13 +611,7 @@ def test_the_misfit_about_the_shift_leaves_out_each_groups_mean():
     seen[[1, 2, 5]] = True
     cand = np.nonzero(~seen)[0]
     fast = pop.excess_if_added(prob, slope, seen, cand, random_seed=9, about_shift=True)
-    slow = np.empty(len(cand))
-    for k, c in enumerate(cand):
-        grown = seen.copy()
-        grown[c] = True
-        slow[k] = pop.subset_excess(
-            prob[None], slope[None], grown[None], random_seed=9, about_shift=True
-        )[0]
+    slow = excess_of_each_grown(pop, prob, slope, seen, cand, random_seed=9, about_shift=True)
     np.testing.assert_allclose(fast, slow, rtol=1e-9, atol=1e-15)
 
 
