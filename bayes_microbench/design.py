@@ -1423,7 +1423,8 @@ def select_from_posterior(
     -------
     (item ids, their subtasks, estimator weights, selection notes)
     """
-    draws = item_draws(posterior, max_draws=max_draws, multidim=True)
+    dataset, carried = open_posterior(posterior)  # once: a file is read and hash-checked
+    draws = item_draws(dataset, max_draws=max_draws, multidim=True)
     n_b = draws.n_items
     _check_sizes([n], n_b)
     rng = np.random.default_rng(random_seed)
@@ -1434,7 +1435,7 @@ def select_from_posterior(
         weights = np.full(n, 1.0 / n)
         info = {}
     else:
-        population = _source_population(posterior, draws, population)
+        population = _source_population(carried, draws, population)
         instance = _selector_instance(selector, draws, calibrate=population is not None)
         source = simulate_source(draws, n_source, rng, population)[0]
         prepared = instance.prepare(source, codes, None, rng)
@@ -1454,14 +1455,14 @@ def select_from_posterior(
     return ids, subtasks, weights, info
 
 
-def _source_population(posterior: Any, draws: ItemDraws, population: Any) -> Population | None:
+def _source_population(carried: Any, draws: ItemDraws, population: Any) -> Population | None:
     """The population :func:`select_from_posterior` simulates its llms from: given, or
-    (``"saved"``) the one the posterior's calibration carries; None where there is none
-    or it does not serve the draws (logged)."""
+    (``"saved"``) the one the posterior's calibration ``carried`` holds; None where there
+    is none or it does not serve the draws (logged)."""
     if isinstance(population, str) and population == "saved":
-        population = getattr(open_posterior(posterior)[1], "population", None)
+        population = getattr(carried, "population", None)
     else:
-        population = resolve_population(posterior, population)
+        population = resolve_population(None, population)
     if population is None:
         logger.debug("select: the posterior carries no fitted population")
         return None
