@@ -169,9 +169,8 @@ class ItemDraws:
         The discrimination (or loadings) and the intercept are averaged, and the
         difficulty is the one that gives that intercept. Why: the difficulty,
         ``-intercept / discrimination``, is heavy-tailed where the discrimination
-        is near 0, and the logit at its mean can sit far from every draw's (on
-        GPQA the expected accuracy at the mean difficulty was up to 11 points off
-        the draws' mean, at the mean intercept 0.4).
+        is near 0, and the logit at its mean can sit far from every draw's
+        (docs/decisions/0045-the-widening-about-the-shift.md).
         """
         discrimination = self.discrimination.mean(axis=0, keepdims=True)
         tiny = np.finfo(np.float64).tiny
