@@ -99,7 +99,11 @@ def test_cached_mode_gives_the_same_posterior_as_a_fresh_fit(source):
 
 @pytest.mark.parametrize("name", ["bayes-fisher", "bayes-ranking"])
 def test_greedy_prefix_equals_the_full_order(source, name):
-    prepared = get_selector(name).prepare(source, np.zeros(source.shape[1], int), None, 0)
+    # the greedy order itself: the random fallback (its own tests) would draw its random
+    # subset from fresh entropy here, and on these 40 llms it can take n = 3
+    selector = get_selector(name)
+    selector.random_fallback = False
+    prepared = selector.prepare(source, np.zeros(source.shape[1], int), None, 0)
     assert isinstance(prepared, bf.PreparedBayes)
     full = prepared.order_fn(prepared.n_seen, None)
     for n in (3, 10, 25, 60):
