@@ -577,25 +577,41 @@ def population_positions(population: Population, draws: ItemDraws) -> np.ndarray
     return pos
 
 
-def resolve_population(posterior: Any, population: Any) -> Population | None:
-    """The population a design integrates over: given, the posterior's saved one, or None.
+def resolve_population(carried: Any, population: Any) -> Population | None:
+    """The population a design integrates over: given, the saved one, or None.
 
-    ``"saved"``: the one a fit or a loaded file carries in its calibration
-    (None for a bare Dataset or a posterior saved without it: the prior's
-    ``Normal(0, 1)`` and no misfit).
+    ``carried``: the calibration a posterior carries (a
+    :class:`~bayes_microbench.misfit.Misfit`, or None), as
+    :func:`~bayes_microbench.posterior.open_posterior` returns it. ``"saved"``:
+    its population (None for a bare Dataset or a posterior saved without one:
+    the prior's ``Normal(0, 1)`` and no misfit).
     """
     if isinstance(population, str):
         if population != "saved":
             raise UserInputError(
                 f"population must be a Population, 'saved' or None, got {population!r}"
             )
-        if isinstance(posterior, (xr.Dataset, xr.DataTree)):
-            return None
-        misfit = getattr(posterior, "calibration", None)
-        return getattr(misfit, "population", None)
+        return getattr(carried, "population", None)
     if population is not None and not isinstance(population, Population):
         population = getattr(population, "population", None)  # a Misfit carrying one
     return population
+
+
+def draws_and_population(
+    posterior: Any, population: Any, draws: ItemDraws | None, max_draws: int | None
+) -> tuple[ItemDraws, Population | None]:
+    """The item draws a design reads and the population it integrates over.
+
+    A file is read once (hash-checked), for its draws and its calibration's
+    population alike; given ``draws`` are kept. Why: a path, a loaded fit and
+    the commands must give a design the same population.
+    """
+    carried = None
+    if draws is None or (isinstance(population, str) and population == "saved"):
+        dataset, carried = open_posterior(posterior)
+        if draws is None:
+            draws = item_draws(dataset, max_draws=max_draws, multidim=True)
+    return draws, resolve_population(carried, population)
 
 
 def _tie_margins(weights: np.ndarray) -> np.ndarray:
@@ -887,9 +903,7 @@ def design_curves(
         raise UserInputError("gaps must be an increasing list of points")
     if (gap_grid < 0).any() or (gap_grid > 100).any():
         raise UserInputError("gaps must lie in [0, 100] points")
-    pop = resolve_population(posterior, population)
-    if draws is None:
-        draws = item_draws(posterior, max_draws=max_draws, multidim=True)
+    draws, pop = draws_and_population(posterior, population, draws, max_draws)
     draws.check_interval_draws(min_draws)
     if items is not None:
         draws = draws.subset(draws.index_of(list(items), where="benchmark items"))
@@ -1315,9 +1329,7 @@ def plan(
     d = float(delta)
     if not 0 < d <= 100:
         raise UserInputError(f"delta must be a gap in points in (0, 100], got {delta}")
-    pop = resolve_population(posterior, population)
-    if draws is None:
-        draws = item_draws(posterior, max_draws=max_draws, multidim=True)
+    draws, pop = draws_and_population(posterior, population, draws, max_draws)
     draws.check_interval_draws(min_draws)
     if items is not None:
         draws = draws.subset(draws.index_of(list(items), where="benchmark items"))

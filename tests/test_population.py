@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from bayes_microbench.irt.calibration import calibration_hash
 from bayes_microbench.mdad import mdad_from_pairs
 from bayes_microbench.misfit import Misfit
 from bayes_microbench.population import Population, estimate_population
-from bayes_microbench.posterior import item_draws
+from bayes_microbench.posterior import item_draws, read_posterior_file
 from bayes_microbench.testing import posterior_from_truth
 
 from .conftest import excess_of_each_grown
@@ -645,3 +646,19 @@ def test_with_misfit_draws_the_shift_and_the_misfit_about_it():
     # at a group's accuracy its shift is the mean
     low = pop.with_misfit(np.full((40_000, n), 0.4), rng) - 0.4
     np.testing.assert_allclose(low.mean(axis=0), shift[0], atol=0.002)
+
+
+def test_a_posterior_files_saved_population_reaches_the_library_design():
+    """``design_curves`` and ``plan`` of a path read the file's calibration, as the commands do."""
+    path = Path(__file__).resolve().parents[1] / "models" / "gpqa-2pl.nc"
+    population = read_posterior_file(path)[1].population
+    kw = {"sizes": [25], "max_draws": 100, "random_seed": 0}
+    by_path = D.design_curves(str(path), **kw)
+    assert by_path.attrs["population"] == population.describe()
+    given = D.design_curves(str(path), population=population, **kw)
+    np.testing.assert_array_equal(by_path["mdad_draws"], given["mdad_draws"])
+    raw = D.design_curves(str(path), population=None, **kw)
+    assert raw.attrs["population"].startswith("prior Normal(0, 1)")
+    first = [str(i) for i in item_draws(str(path), max_draws=100).items[:60]]  # a quick plan
+    planned = D.plan(str(path), 5.0, max_draws=100, random_seed=0, items=first)
+    assert planned.attrs["population"] == population.describe()
