@@ -1,4 +1,4 @@
-"""Time and accuracy of the study's selectors on GPQA, side by side with ``random``.
+"""Time and accuracy of the study's selectors and ours on GPQA, side by side with ``random``.
 
 For each run: 50 target llms drawn uniformly, 300 source llms from the rest,
 the items split 50/50 into seen / unseen (within each subtask). Every selector
@@ -6,6 +6,11 @@ is prepared on the source llms' seen responses and selects 10/25/50/100/200
 items; we record the wall time of ``prepare`` and of each ``select`` +
 ``estimate``, and the mean absolute error of the 50 targets' estimated seen
 accuracy. ``random`` is the reference the study compares every method with.
+
+The Bayesian selectors (``bayes-fisher``, ``bayes-ranking``) are prepared the same
+way: a quick posterior of the source llms, their estimator calibrated on them and
+their random fallback (docs/decisions/0041, 0042); the report counts the runs in
+which a size went random.
 
 A second pass projects the cost of the full GPQA grid (5 sizes x 7
 source-llm counts x 50 runs) per selector, from the median prepare + select
@@ -38,6 +43,7 @@ from _report import write_section  # noqa: E402
 from bayes_microbench.io import load_responses  # noqa: E402
 from bayes_microbench.selectors import get_selector  # noqa: E402
 from bayes_microbench.selectors import tinybenchmarks as tb  # noqa: E402
+from bayes_microbench.selectors.bayes_fisher import RANDOM_FALLBACK  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "open-llm-leaderboard-v2" / "gpqa.csv"
 SIZES = [10, 25, 50, 100, 200]
@@ -52,7 +58,11 @@ SELECTORS = [
     "tinybenchmarks-pirt",
     "tinybenchmarks-gpirt",
     "diversity",
+    "bayes-fisher",
+    "bayes-ranking",
 ]
+#: Not in the study's grid: left out of the grid total and its shares.
+NOT_IN_STUDY = ("tinybenchmarks-pirt", "tinybenchmarks-gpirt", "bayes-fisher", "bayes-ranking")
 
 
 def split(
@@ -72,22 +82,25 @@ def split(
 
 def time_one(
     name: str, source: np.ndarray, codes: np.ndarray, target: np.ndarray | None, seed: int
-) -> tuple[float, list[float], list[float]]:
+) -> tuple[float, list[float], list[float], list[bool]]:
+    """Prepare ``name`` on ``source`` and select each size: (prepare s, select + estimate s
+    per size, the targets' mean absolute error per size, whether each size went random)."""
     tb._CACHE.clear()
     sel = get_selector(name)
     t0 = time.perf_counter()
     prep = sel.prepare(source, codes, None, random_seed=seed)
     t_prep = time.perf_counter() - t0
-    t_sel, errs = [], []
+    t_sel, errs, fell_back = [], [], []
     for k, n in enumerate(SIZES):
         t0 = time.perf_counter()
         s = prep.select(n, random_seed=seed * 100 + k)
+        fell_back.append(s.info.get("estimator") == RANDOM_FALLBACK)
         if target is not None:
             est = prep.estimate(s, target[:, s.items])
         t_sel.append(time.perf_counter() - t0)
         if target is not None:
             errs.append(float(np.abs(est - np.nanmean(target, axis=1)).mean()))
-    return t_prep, t_sel, errs
+    return t_prep, t_sel, errs, fell_back
 
 
 def main() -> None:
@@ -110,6 +123,7 @@ def main() -> None:
     prep_t: dict[str, list[float]] = {n: [] for n in SELECTORS}
     sel_t: dict[str, list[list[float]]] = {n: [] for n in SELECTORS}
     err: dict[str, list[list[float]]] = {n: [] for n in SELECTORS}
+    went_random: dict[str, list[list[bool]]] = {n: [] for n in SELECTORS}
     iters: list[int] = []
     for run in range(args.runs):
         rng = np.random.default_rng(run)
@@ -117,10 +131,11 @@ def main() -> None:
         source = y[np.ix_(sources, seen)]
         target = y[np.ix_(targets, seen)]
         for name in SELECTORS:
-            tp, ts, e = time_one(name, source, codes[seen], target, run)
+            tp, ts, e, fb = time_one(name, source, codes[seen], target, run)
             prep_t[name].append(tp)
             sel_t[name].append(ts)
             err[name].append(e)
+            went_random[name].append(fb)
         iters.append(tb.fit_irt(source, random_seed=run).n_iter)
         print(f"run {run + 1}/{args.runs} done", flush=True)
 
@@ -133,7 +148,7 @@ def main() -> None:
             _, sources, seen = split(y, codes, n_src, rng)
             source = y[np.ix_(sources, seen)]
             for name in SELECTORS:
-                tp, ts, _ = time_one(name, source, codes[seen], None, run)
+                tp, ts, _, _ = time_one(name, source, codes[seen], None, run)
                 per[name].append(tp + sum(ts))
         for name in SELECTORS:
             grid[name][n_src] = float(np.median(per[name]))
@@ -181,7 +196,17 @@ def main() -> None:
         m = np.mean(np.array(err[name]), axis=0)
         cells = [f"{100 * v:.2f} ({v / b:.2f}x)" for v, b in zip(m, base, strict=True)]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    fell = {n: np.array(went_random[n]).sum(axis=0) for n in SELECTORS if "bayes" in n}
     lines += [
+        "",
+        "Runs (of "
+        + str(args.runs)
+        + ") in which a Bayesian selector returned its calibrated random subset, per size: "
+        + "; ".join(
+            f"{n} " + ", ".join(f"n={k}: {int(c)}" for k, c in zip(SIZES, fell[n], strict=True))
+            for n in fell
+        )
+        + ".",
         "",
         f"IRT fit (10-D 2PL MAP, L-BFGS capped at 30 iterations): iterations used "
         f"{min(iters)}-{max(iters)} over the runs.",
@@ -197,7 +222,7 @@ def main() -> None:
         + " | grid total (s) | share |",
         "|---|" + "---:|" * (len(SOURCE_COUNTS) + 2),
     ]
-    grid_study = [n for n in SELECTORS if n not in ("tinybenchmarks-pirt", "tinybenchmarks-gpirt")]
+    grid_study = [n for n in SELECTORS if n not in NOT_IN_STUDY]
     totals = {n: 50 * sum(grid[n].values()) for n in SELECTORS}
     all_total = sum(totals[n] for n in grid_study)
     for name in SELECTORS:
@@ -210,8 +235,8 @@ def main() -> None:
     lines += [
         "",
         f"Grid total over the study's seven selectors: {all_total:.0f} s "
-        "(shares are of this total; the p-IRT / gp-IRT variants are not in the study's grid "
-        "and are not counted).",
+        "(shares are of this total; the p-IRT / gp-IRT variants and the Bayesian selectors "
+        "are not in the study's grid and are not counted).",
     ]
     body = "\n".join(lines)
     write_section(
