@@ -110,6 +110,16 @@ def test_fit_saves_calibration_by_default(tmp_path, capsys):
     assert report["calibration"]["seconds"] > 0
     saved = load_posterior(out).calibration
     assert saved is not None and saved.n_llms == 30
+    assert saved.n_splits == 8  # 30 llms: split often enough for the cases it aims at
+
+
+def test_few_llms_are_split_more_often_up_to_a_cap():
+    from bayes_microbench.irt.calibration import CALIBRATION_CASES, calibration_splits
+
+    assert [calibration_splits(n) for n in (20, 61, 81, 250, 420, 4280)] == [8, 8, 7, 2, 2, 2]
+    for n in (63, 100, 167, 249):  # between the caps: the fewest splits reaching the cases
+        k = calibration_splits(n)
+        assert k * n >= CALIBRATION_CASES > (k - 1) * n
 
 
 def test_library_score_applies_the_calibration_a_loaded_file_carries(world):

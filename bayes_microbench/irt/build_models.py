@@ -397,6 +397,7 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS, loo: bool = False) -> d
         "ability_sd_posterior_mean": float(post["ability"].mean(("chain", "draw")).std()),
         "calibration_seconds": round(calibration_seconds, 1),
         "calibration_sizes": [int(n) for n in fit.calibration.n_observed],
+        "calibration_splits": int(fit.calibration.n_splits),
         "build_seconds": round(time.perf_counter() - t_build, 1),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seed": spec.seed,
@@ -555,7 +556,7 @@ otherwise; see `bayes_microbench/irt/model.py`),
 The file carries a `calibration` group: the split-conformal recalibration of the
 IRT predictive of unobserved items (`misfit.estimate_misfit`, item-split
 cross-validation on the {c["n_llms"]} llms it was fitted on, in-sample for the items,
-random subsets of {cal_sizes} items, 2 splits, 200 draws, seed {c.get("seed", 0)}), with a
+random subsets of {cal_sizes} items, {c.get("calibration_splits", 2)} splits, 200 draws, seed {c.get("seed", 0)}), with a
 `calibration_hash` checked on load. `score` applies it by default (`--raw-model`
 for the raw interval); it took {c.get("calibration_seconds", "?")} s here. Why in-sample:
 `docs/decisions/0002-calibration-saved-with-the-posterior.md`.
@@ -864,10 +865,14 @@ def _pareto_note(rows: list[dict[str, Any]]) -> str:
 
 
 def calibrate_artifact(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
-    """Compute an existing artifact's calibration from its data and write it into the file."""
+    """Compute an existing artifact's calibration from its data and write it into the file.
+
+    Its figures (time, sizes, splits) go into the card's facts file too, which
+    ``--cards`` renders.
+    """
     import time
 
-    from ..io import load_responses
+    from ..io import load_responses, write_atomic
     from .calibration import calibrate_fitted
     from .io import add_calibration, load_posterior
 
@@ -877,11 +882,18 @@ def calibrate_artifact(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[st
     misfit = calibrate_fitted(load_posterior(path), resp, random_seed=spec.seed)
     seconds = time.perf_counter() - start
     add_calibration(path, misfit)
-    return {
-        "name": spec.name,
+    figures = {
         "calibration_seconds": round(seconds, 1),
+        "calibration_sizes": [int(n) for n in misfit.n_observed],
+        "calibration_splits": int(misfit.n_splits),
         "file_bytes": path.stat().st_size,
     }
+    facts_path = path.with_suffix(".json")
+    if facts_path.is_file():  # the card (``--cards``) renders the new calibration's figures
+        facts = json.loads(facts_path.read_text()) | figures
+        text = json.dumps(facts, indent=1, default=float) + "\n"
+        write_atomic(facts_path, lambda tmp: tmp.write_text(text))
+    return {"name": spec.name} | figures
 
 
 INDEX_BEGIN = "<!-- BEGIN models table (written by build_models) -->"
