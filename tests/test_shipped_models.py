@@ -243,6 +243,22 @@ def test_heldout_section_says_when_its_runs_predate_the_file(tmp_path):
     assert "predate" not in _heldout_text("musr", path, built="2026-12-02 20:00 UTC")
 
 
+def test_a_recalibration_after_the_heldout_runs_is_said_in_the_card():
+    """``build_models --calibrate`` changes what the held-out runs measured: a card whose
+    calibration is newer than its runs says so, as it does for a rebuilt file."""
+    from bayes_microbench.irt.build_models import _card_markdown
+
+    card = json.loads((MODELS / "musr-2pl.json").read_text())
+    card["date"] = "2000-01-01 00:00 UTC"  # built before every held-out run
+    card.pop("calibration_date", None)
+    assert "predate" not in _card_markdown(card)
+    card["calibration_date"] = "2999-01-01 00:00 UTC"  # recalibrated after every run
+    text = _card_markdown(card)
+    assert "**These runs predate this file**" in text
+    assert "last recalibrated 2999-01-01 00:00 UTC" in text
+    assert "(recalibrated 2999-01-01 00:00 UTC, `build_models --calibrate`)" in text
+
+
 def test_heldout_section_keeps_the_cards_model_and_says_when_its_fit_is_not_default(tmp_path):
     from bayes_microbench.irt.build_models import _heldout_text
 

@@ -487,9 +487,15 @@ def _card_markdown(c: dict[str, Any]) -> str:
     )
     compaction = _compaction_text(c.get("compaction"), c["thin"], bool(c.get("compact")))
     loo = _loo_text(c.get("loo")) + _choice_text(c.get("benchmark"))
+    recalibrated = (
+        f" (recalibrated {c['calibration_date']}, `build_models --calibrate`)"
+        if c.get("calibration_date")
+        else ""
+    )
     heldout = _heldout_text(
         c.get("benchmark"),
-        built=c.get("date"),
+        # a recalibration changes the procedure the held-out runs measured, as a rebuild does
+        built=max(c.get("date") or "", c.get("calibration_date") or "") or None,
         model=c.get("model", "2pl"),
         default_fit=c.get("default_fit", True),
     )
@@ -558,7 +564,7 @@ IRT predictive of unobserved items (`misfit.estimate_misfit`, item-split
 cross-validation on the {c["n_llms"]} llms it was fitted on, in-sample for the items,
 random subsets of {cal_sizes} items, {c.get("calibration_splits", 2)} splits, 200 draws, seed {c.get("seed", 0)}), with a
 `calibration_hash` checked on load. `score` applies it by default (`--raw-model`
-for the raw interval); it took {c.get("calibration_seconds", "?")} s here. Why in-sample:
+for the raw interval); it took {c.get("calibration_seconds", "?")} s here{recalibrated}. Why in-sample:
 `docs/decisions/0002-calibration-saved-with-the-posterior.md`.
 
 ## Timing
@@ -722,7 +728,8 @@ def _heldout_text(
         when = "; ".join(f"{d} (commit {c})" for d, c in older)
         lines[2:2] = [
             "",
-            f"**These runs predate this file** (runs of {when}; file built {built}): they "
+            f"**These runs predate this file** (runs of {when}; file built or last "
+            f"recalibrated {built}): they "
             "measure the default procedure of then, which may differ from the one that built "
             "this file (its fit and refits above).",
         ]
@@ -883,6 +890,7 @@ def calibrate_artifact(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[st
     seconds = time.perf_counter() - start
     add_calibration(path, misfit)
     figures = {
+        "calibration_date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "calibration_seconds": round(seconds, 1),
         "calibration_sizes": [int(n) for n in misfit.n_observed],
         "calibration_splits": int(misfit.n_splits),
