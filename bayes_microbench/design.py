@@ -34,6 +34,7 @@ full: docs/engine.md, "Design: P(correct ranking) from the posterior".
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -603,14 +604,21 @@ def draws_and_population(
     """The item draws a design reads and the population it integrates over.
 
     A file is read once (hash-checked), for its draws and its calibration's
-    population alike; given ``draws`` are kept. Why: a path, a loaded fit and
-    the commands must give a design the same population.
+    population alike; given ``draws`` are kept, and with them a file is read
+    for its population only (``posterior`` None: no saved population). Why: a
+    path, a loaded fit and the commands must give a design the same population.
     """
+    saved = isinstance(population, str)
+    if saved:
+        resolve_population(None, population)  # a misspelt name fails before a file is read
     carried = None
-    if draws is None or (isinstance(population, str) and population == "saved"):
+    if draws is None:
         dataset, carried = open_posterior(posterior)
-        if draws is None:
-            draws = item_draws(dataset, max_draws=max_draws, multidim=True)
+        draws = item_draws(dataset, max_draws=max_draws, multidim=True)
+    elif saved and isinstance(posterior, (str, os.PathLike)):
+        carried = open_posterior(posterior)[1]
+    elif saved and not isinstance(posterior, (xr.Dataset, xr.DataTree)):
+        carried = getattr(posterior, "calibration", None)  # a fit; None for None
     return draws, resolve_population(carried, population)
 
 
@@ -865,7 +873,8 @@ def design_curves(
     random_seed
         Seed; the same seed gives identical outputs.
     draws
-        Precomputed item draws (skips extraction).
+        Precomputed item draws (skips extraction; a file ``posterior`` is still
+        read for its saved population).
     progressbar
         Show a progress bar over draws (off where stderr is not a terminal).
     min_draws
@@ -1307,11 +1316,15 @@ def plan(
     random_seed
         Seed; the same seed gives identical outputs.
     draws
-        Precomputed item draws (skips extraction).
+        Precomputed item draws (skips extraction; a file ``posterior`` is still
+        read for its saved population).
     min_draws
         Fewest posterior draws the intervals may rest on (default: the
         posterior's requirement; see
         :meth:`~bayes_microbench.posterior.ItemDraws.check_interval_draws`).
+    population
+        The llms the pairs come from and their misfit, as in :func:`design_curves`
+        (default ``"saved"``: the posterior's calibration's).
 
     Returns
     -------

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bayes_microbench import Responses, simulate_responses
+from bayes_microbench import Responses, UserInputError, simulate_responses
 from bayes_microbench import design as D
 from bayes_microbench.irt.calibration import calibration_hash
 from bayes_microbench.mdad import mdad_from_pairs
@@ -662,3 +662,18 @@ def test_a_posterior_files_saved_population_reaches_the_library_design():
     first = [str(i) for i in item_draws(str(path), max_draws=100).items[:60]]  # a quick plan
     planned = D.plan(str(path), 5.0, max_draws=100, random_seed=0, items=first)
     assert planned.attrs["population"] == population.describe()
+
+
+def test_given_draws_with_no_posterior_design_over_the_prior():
+    """``design_curves(None, draws=...)`` and ``plan(None, draws=...)``: no file, no saved
+    population; a misspelt population name is refused before anything is read."""
+    path = Path(__file__).resolve().parents[1] / "models" / "gpqa-2pl.nc"
+    draws = item_draws(str(path), max_draws=100)
+    first = draws.subset(np.arange(60))
+    res = D.design_curves(None, sizes=[25], draws=draws, random_seed=0)
+    assert res.attrs["population"].startswith("prior Normal(0, 1)")
+    assert D.plan(None, 5.0, draws=first, random_seed=0).attrs["population"].startswith("prior")
+    with_file = D.design_curves(str(path), sizes=[25], draws=draws, random_seed=0)
+    assert with_file.attrs["population"].startswith("abilities of the 420 fitted llms")
+    with pytest.raises(UserInputError, match="population must be"):
+        D.design_curves(str(path), sizes=[25], population="Saved")
