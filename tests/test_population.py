@@ -135,6 +135,7 @@ def test_excess_finds_the_ability_the_model_misses(cluster_world):
     assert one_cluster > 5 * balanced
 
 
+@pytest.mark.long  # 28 s: 1500 new llms' realized MDAD
 def test_design_with_the_population_predicts_the_realized_mdad_on_misfit_data(cluster_world):
     resp, post, truth = cluster_world
     pop = estimate_population(post, resp)
