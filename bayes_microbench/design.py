@@ -1484,10 +1484,7 @@ def _source_population(carried: Any, draws: ItemDraws, population: Any) -> Popul
     """The population :func:`select_from_posterior` simulates its llms from: given, or
     (``"saved"``) the one the posterior's calibration ``carried`` holds; None where there
     is none or it does not serve the draws (logged)."""
-    if isinstance(population, str) and population == "saved":
-        population = getattr(carried, "population", None)
-    else:
-        population = resolve_population(None, population)
+    population = resolve_population(carried, population)
     if population is None:
         logger.debug("select: the posterior carries no fitted population")
         return None

@@ -403,9 +403,8 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS, loo: bool = False) -> d
         "seed": spec.seed,
     }
     text = _card_markdown(card)
-    facts = json.dumps(card, indent=1, default=float) + "\n"
     # the card's figures as data, so that a card can be rewritten without refitting
-    write_atomic(out_dir / f"{spec.name}.json", lambda tmp: tmp.write_text(facts))
+    _write_facts(out_dir / f"{spec.name}.json", card)
     write_atomic(out_dir / f"{spec.name}.md", lambda tmp: tmp.write_text(text))
     return card
 
@@ -871,6 +870,14 @@ def _pareto_note(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def _write_facts(path: Path, facts: dict[str, Any]) -> None:
+    """Write a card's facts file (``NAME.json``, what ``--cards`` renders), atomically."""
+    from ..io import write_atomic
+
+    text = json.dumps(facts, indent=1, default=float) + "\n"
+    write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
 def calibrate_artifact(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
     """Compute an existing artifact's calibration from its data and write it into the file.
 
@@ -879,7 +886,7 @@ def calibrate_artifact(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[st
     """
     import time
 
-    from ..io import load_responses, write_atomic
+    from ..io import load_responses
     from .calibration import calibrate_fitted
     from .io import add_calibration, load_posterior
 
@@ -898,9 +905,7 @@ def calibrate_artifact(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[st
     }
     facts_path = path.with_suffix(".json")
     if facts_path.is_file():  # the card (``--cards``) renders the new calibration's figures
-        facts = json.loads(facts_path.read_text()) | figures
-        text = json.dumps(facts, indent=1, default=float) + "\n"
-        write_atomic(facts_path, lambda tmp: tmp.write_text(text))
+        _write_facts(facts_path, json.loads(facts_path.read_text()) | figures)
     return {"name": spec.name} | figures
 
 
