@@ -37,9 +37,8 @@ def calibration_splits(n_llms: int) -> int:
     """Random item splits per llm and size: enough for :data:`CALIBRATION_CASES` cases.
 
     Why: each size's centre, scale and residual quantiles are estimated from its
-    cases alone; with two splits of 61 llms (MATH-hard less 20 held out) the
-    scale at 100 items came out a third too small and held-out coverage fell to
-    0.84 (eight splits: 0.90; docs/decisions/0047-more-splits-for-few-llms.md).
+    cases alone, and two splits of a few dozen llms leave them noisy
+    (docs/decisions/0047-more-splits-for-few-llms.md).
     """
     low, high = CALIBRATION_SPLITS
     return int(np.clip(-(-CALIBRATION_CASES // max(n_llms, 1)), low, high))
