@@ -977,7 +977,8 @@ def study_mdads(
 
     Per draw: ``n_llms`` abilities from the population (the fitted llms'
     abilities under a bootstrap weighting: ``weights`` (S, L), the curves' own,
-    or drawn here; or the prior's ``Normal(0, 1)``), full-benchmark accuracies
+    or drawn here, without replacement where the population holds enough of
+    them; or the prior's ``Normal(0, 1)``), full-benchmark accuracies
     from the draw's item curves with their binomial noise, every pair ranked
     with the draw's P(correct | gap), and the study's first-crossing rule on
     0.5-point bins (``inf`` where no bin reaches ``thr``).
@@ -988,7 +989,9 @@ def study_mdads(
     worse ``b``) is ranked correctly when ``Phi^-1(P(correct | gap)) + u_a - u_b
     > 0``: each pair keeps the curve's probability, and an llm whose estimate
     strays drags all its pairs with it, as in a real study
-    (docs/decisions/0034).
+    (docs/decisions/0034). Why without replacement: two study llms drawn from
+    one fitted llm would be a tied pair no real study holds, ranked at a coin's
+    chance in the first bins (docs/decisions/0048).
     """
     from scipy.special import ndtri
 
@@ -1003,7 +1006,10 @@ def study_mdads(
             )
         else:  # rows: 1-D abilities, or D-dim ones of a 2pl-md posterior's population
             p = population.bootstrap_weights(rng, 1)[0] if weights is None else weights[s]
-            theta = population.ability[rng.choice(len(population.ability), n_llms, p=p)]
+            distinct = np.count_nonzero(p) >= n_llms
+            theta = population.ability[
+                rng.choice(len(population.ability), n_llms, replace=not distinct, p=p)
+            ]
         p = _draw_rows(draws, np.array([s])).prob(theta[None, :])[0]  # (K, N)
         acc = rng.binomial(draws.n_items, p.mean(axis=1)) / draws.n_items
         gap = np.abs(acc[i] - acc[j])

@@ -22,7 +22,9 @@ answered. For each design and size:
   prediction and the realized share of correct rankings is set beside it;
 * **MDAD**: the Bayesian MDAD with its band (:func:`design.design_curves`)
   beside the realized MDAD of the held-out pairs (the study's rule,
-  :func:`bayes_microbench.mdad.mdad_from_pairs`).
+  :func:`bayes_microbench.mdad.mdad_from_pairs`): pooled over a random design's
+  subsets for the point, and per subset against the band of what one study of
+  the held-out llms would measure (one subset is one study).
 
 A ``random`` design draws ``n_replicates`` subsets per size, each shared by all
 held-out llms (as one run of the study's protocol); a selector's subset is
@@ -32,6 +34,7 @@ chosen once per split from the training posterior.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -97,8 +100,13 @@ class ValidationResult:
     studies within 1 point of ``predicted`` (``study_within_one``: how often even
     a right prediction lands within a point), realized MDAD by the study's
     first-crossing rule and from the isotonic fit of the pairs (points; ``inf``
-    where not reached), ``inside`` (the realized MDAD within the study band)
-    and ``inside_curve_band`` (within the posterior band). ``fits``: one row per
+    where not reached; a random design's pooled over its subsets), the MDAD each
+    subset realizes on its own (``realized_studies``: one study each, the
+    first-crossing rule), ``inside`` (the first subset's within the study band),
+    ``inside_share`` (the share of the subsets' within it) and
+    ``inside_curve_band`` (the pooled realized MDAD within the posterior band).
+    Why per subset: the study band is the spread of one study's MDAD; pooled
+    subsets cross later and steadier than any one study. ``fits``: one row per
     split: ``n_train``, ``converged``, ``note`` (the failed checks), ``seconds``.
     ``settings``: what ran.
     """
@@ -231,6 +239,15 @@ def _share_within(values: np.ndarray, point: float, tol: float) -> float:
     with np.errstate(invalid="ignore"):
         close = np.abs(values - point) <= tol
     return float(np.mean(both_inf | close))
+
+
+def _one_study(diff: np.ndarray, correct: np.ndarray) -> float:
+    """The MDAD one study's pairs realize (points; ``inf`` where not reached, as in the
+    simulated studies' band)."""
+    from .mdad import mdad_from_pairs
+
+    mdad = mdad_from_pairs(diff, correct, n_boot=1, random_seed=0).mdad  # the point only
+    return math.inf if math.isnan(mdad) else float(mdad)
 
 
 def mdad_check(rows: Sequence[dict[str, Any]]) -> tuple[int, int]:
@@ -411,6 +428,8 @@ def validate(
                 ).mdad
                 band = curves["mdad_interval"].isel(n_items=0).to_numpy()
                 study = curves["mdad_study_interval"].isel(n_items=0).to_numpy()
+                one = [_one_study(d, c) for d, c in zip(diffs, corrects, strict=True)]
+                inside = [bool(study[0] <= r <= study[1]) for r in one]
                 point = float(curves["mdad"].isel(n_items=0))
                 studies = curves["mdad_study_draws"].isel(n_items=0).to_numpy().ravel()
                 mdad_rows.append(
@@ -426,7 +445,9 @@ def validate(
                         "study_lower": float(study[0]),
                         "study_upper": float(study[1]),
                         "study_within_one": _share_within(studies, point, 1.0),
-                        "inside": bool(study[0] <= realized <= study[1]),
+                        "realized_studies": [None if np.isinf(r) else r for r in one],
+                        "inside": inside[0],
+                        "inside_share": float(np.mean(inside)),
                         "inside_curve_band": bool(band[0] <= realized <= band[1]),
                         "n_pairs": int(diff.size),
                     }

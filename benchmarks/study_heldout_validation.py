@@ -58,14 +58,38 @@ def _within(m: dict) -> str:
     return "-" if m.get("study_within_one") is None else f"{m['study_within_one']:.2f}"
 
 
+def _inside(m: dict) -> str:
+    """The row's verdict; a random design's with how many of its subsets' studies agree."""
+    studies = m.get("realized_studies")
+    if not studies or len(studies) == 1:
+        return str(m["inside"])
+    return f"{m['inside']} ({round(m['inside_share'] * len(studies))}/{len(studies)})"
+
+
+def _studies(rows: list[dict]) -> tuple[int, int] | None:
+    """Single studies (one per subset) inside the study band, and how many there are."""
+    if any("realized_studies" not in m for m in rows):
+        return None  # a run before the per-subset studies
+    n = sum(len(m["realized_studies"]) for m in rows)
+    return round(sum(m["inside_share"] * len(m["realized_studies"]) for m in rows)), n
+
+
 def summary_rows(runs: list[dict]) -> list[str]:
     """One line per run and one for all: rows inside the study band, point error <= 1,
-    and the rows the simulated studies expect within 1 point of the prediction."""
+    the rows the simulated studies expect within 1 point of the prediction, and the
+    single studies (every subset of a random design) inside the band."""
     out = []
     totals = [0, 0, 0, 0.0]
+    all_studies: list[int] | None = [0, 0]
     for run in runs:
         rows = run["mdad"]
         inside, close = mdad_check(rows)
+        studies = _studies(rows)
+        if studies is None or all_studies is None:
+            all_studies = None
+        else:
+            all_studies = [all_studies[0] + studies[0], all_studies[1] + studies[1]]
+        studies_s = "-" if studies is None else f"{studies[0]} of {studies[1]}"
         expect = [m.get("study_within_one") for m in rows]
         exp = (
             sum(e for e in expect if e is not None) if all(e is not None for e in expect) else None
@@ -77,13 +101,18 @@ def summary_rows(runs: list[dict]) -> list[str]:
         exp_s = "-" if exp is None else f"{exp:.1f}"
         out.append(
             f"| {_label(run)} | {run['seed']}, {run['commit']} | {run['settings']['held_out']} | "
-            f"{len(rows)} | {inside} | {close} | {exp_s} |"
+            f"{len(rows)} | {inside} | {close} | {exp_s} | {studies_s} |"
         )
     n, inside, close, exp = totals
     exp_s = "-" if exp is None else f"{exp:.1f}"
+    studies_s = (
+        "-"
+        if all_studies is None
+        else f"{all_studies[0]} of {all_studies[1]} ({all_studies[0] / max(all_studies[1], 1):.0%})"
+    )
     out.append(
         f"| all | | | {n} | {inside} ({inside / max(n, 1):.0%}) | {close} ({close / max(n, 1):.0%}) "
-        f"| {exp_s} |"
+        f"| {exp_s} | {studies_s} |"
     )
     return out
 
@@ -180,8 +209,11 @@ def report(runs: list[dict]) -> None:
         "85-95%; realized MDAD inside the 90% band in >= 85% of rows, point error <= 1. "
         "The MDAD columns: the design's MDAD [its posterior band] and the band of the MDAD a "
         "study of as many new llms as were held out would measure (the curve's uncertainty "
-        "and which llms such a study holds); `inside` is the realized MDAD within that band "
-        "(runs before the saved population have no study band: `-`). A benchmark "
+        "and which llms such a study holds); `realized` is pooled over a random design's "
+        "subsets; `inside` is one study's realized MDAD within that band (a random design: "
+        "its first subset, and in brackets how many of its subsets' studies are inside; "
+        "runs before the per-subset studies judged the pooled MDAD; runs before the saved "
+        "population have no study band: `-`). A benchmark "
         "followed by a model in brackets fitted that model instead of the default 2PL "
         "(`--model`).",
         "",
@@ -199,7 +231,7 @@ def report(runs: list[dict]) -> None:
                 f"{s['coverage']:.2f} | {s['width'] * 100:.1f} | {s['abs_error'] * 100:.1f} | "
                 f"{s['interval']} | {_fmt(m['predicted'])} [{_fmt(m['lower'])}, "
                 f"{_fmt(m['upper'])}] | {_study(m)} | {_within(m)} | {_fmt(m['realized'])} | "
-                f"{_fmt(m['realized_isotonic'])} | {m['inside']} |"
+                f"{_fmt(m['realized_isotonic'])} | {_inside(m)} |"
             )
     lines += [
         "",
@@ -208,8 +240,9 @@ def report(runs: list[dict]) -> None:
         "within 1)`: even a right prediction misses a point where one study's first crossing "
         "is that noisy; `-`: a run before that column).",
         "",
-        "| benchmark | seed, commit | held out | rows | inside | error <= 1 | expected <= 1 |",
-        "|---|---|---|---|---|---|---|",
+        "| benchmark | seed, commit | held out | rows | inside | error <= 1 | expected <= 1 "
+        "| single studies inside |",
+        "|---|---|---|---|---|---|---|---|",
         *summary_rows(runs),
         "",
         "P(correct ranking) per decile of the prediction (pooled over the run's designs "

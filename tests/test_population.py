@@ -678,3 +678,36 @@ def test_given_draws_with_no_posterior_design_over_the_prior():
     assert with_file.attrs["population"].startswith("abilities of the 420 fitted llms")
     with pytest.raises(UserInputError, match="population must be"):
         D.design_curves(str(path), sizes=[25], population="Saved")
+
+
+def test_a_simulated_study_holds_no_llm_twice():
+    """Five fitted llms 10+ points apart, a curve at a coin's chance below 5 points and
+    sure above: a study of all five has no pair below 5 points, so its MDAD is its
+    smallest real gap; drawn with replacement, a repeated llm made a tied pair whose
+    coin-flip bin could cross first. A study larger than the population repeats llms."""
+    from bayes_microbench.posterior import ItemDraws
+
+    n_draws, n_items = 200, 2000
+    difficulty = np.broadcast_to(np.linspace(-3.0, 3.0, n_items), (n_draws, n_items))
+    draws = ItemDraws(
+        items=np.array([f"i{k}" for k in range(n_items)]),
+        subtask=np.full(n_items, "x"),
+        discrimination=np.ones((n_draws, n_items)),
+        difficulty=difficulty.copy(),
+        guessing=np.zeros((n_draws, n_items)),
+        chain=np.zeros(n_draws, dtype=int),
+        draw=np.arange(n_draws),
+    )
+    pop = Population(
+        items=draws.items,
+        ability=np.array([-2.0, -1.0, 0.0, 1.0, 2.0]),
+        factor=np.zeros((n_items, 1)),
+        diag=np.zeros(n_items),
+        n_llms=5,
+    )
+    gaps = D.DEFAULT_GAPS
+    curves = np.broadcast_to(np.where(gaps < 5.0, 0.5, 1.0), (n_draws, 1, len(gaps)))
+    study = D.study_mdads(curves, draws, gaps, 0.8, pop, 5, 0)
+    assert study.min() >= 8.0, np.sort(study.ravel())[:10]
+    larger = D.study_mdads(curves, draws, gaps, 0.8, pop, 8, 0)
+    assert (larger < 5.0).mean() > 0.3, (larger < 5.0).mean()

@@ -63,6 +63,21 @@ def test_validate_tables_and_coverage_under_a_true_model(simulated):
     # the realized share rises with the predicted probability
     busy = res.ranking[res.ranking["n_pairs"] >= 50]
     assert busy["realized"].iloc[-1] > busy["realized"].iloc[0]
+    # one study per random subset, one per selector's subset; `inside` is the first's
+    studies = res.mdad["realized_studies"].map(len).tolist()
+    assert studies == [3, 3, 1, 1], studies
+    for _, row in res.mdad.iterrows():
+        first = np.inf if row["realized_studies"][0] is None else row["realized_studies"][0]
+        assert row["inside"] == (row["study_lower"] <= first <= row["study_upper"])
+        assert row["inside_share"] == np.mean(
+            [
+                row["study_lower"] <= (np.inf if r is None else r) <= row["study_upper"]
+                for r in row["realized_studies"]
+            ]
+        )
+    # under the true model most single studies land inside their 90% band
+    total = (res.mdad["inside_share"] * res.mdad["realized_studies"].map(len)).sum()
+    assert total >= 6, res.mdad[["design", "n", "realized_studies", "study_lower", "study_upper"]]
     doc = res.to_json()
     json.dumps(doc)  # JSON-ready: no inf, no numpy scalars
     assert doc["settings"]["held_out"] == 40
