@@ -125,6 +125,29 @@ def test_validate_command_bad_input_is_one_line(simulated, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_validate_command_prints_each_rows_studies_in_band(
+    simulated, tmp_path, capsys, monkeypatch
+):
+    """The table says how many single studies (a random design's subsets) lie in the band."""
+    import bayes_microbench.validate as V
+
+    resp, truth = simulated
+    path = tmp_path / "r.csv"
+    save_responses(resp, path)
+    real = V.validate
+    monkeypatch.setattr(
+        V, "validate", lambda r, **kw: real(r, fit=_true_posterior_fit(truth), **kw)
+    )
+    argv = ["validate", "--responses", str(path), "--held-out", "40", "--sizes", "20"]
+    code = main([*argv, "--designs", "random,bayes-fisher", "--replicates", "3", "--seed", "0"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert "studies in band" in out[1]
+    rows = {line.split()[0]: line.split()[-1] for line in out[2:4]}
+    assert rows.keys() == {"random", "bayes-fisher"}
+    assert rows["random"].endswith("/3") and rows["bayes-fisher"].endswith("/1"), rows
+
+
 def test_weighted_estimate_skips_missing_cells():
     from bayes_microbench.validate import _weighted_estimate
 

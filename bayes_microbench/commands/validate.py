@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         "design              n  coverage  width  |error|  MDAD predicted [band]  study band"
-        "   realized  (isotonic)   (points)"
+        "   realized  (isotonic)  studies in band   (points)"
     )
     for s, m in zip(
         result.scores.itertuples(index=False), result.mdad.itertuples(index=False), strict=True
@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
             f"{s.design:<18}{s.n:>3}  {s.coverage:>8.1%}  {s.width * 100:>5.1f}  "
             f"{s.abs_error * 100:>7.1f}  {_fmt(m.predicted):>6} [{_fmt(m.lower)}, "
             f"{_fmt(m.upper)}]  [{_fmt(m.study_lower)}, {_fmt(m.study_upper)}]  "
-            f"{_fmt(m.realized):>9}  ({_fmt(m.realized_isotonic)})"
+            f"{_fmt(m.realized):>9}  ({_fmt(m.realized_isotonic)})  "
+            f"{round(m.inside_share * len(m.realized_studies))}/{len(m.realized_studies)}"
         )
     print("P(correct ranking): predicted vs realized share, per decile of the prediction")
     for r in result.ranking.itertuples(index=False):
