@@ -103,7 +103,7 @@ class ValidationResult:
     where not reached; a random design's pooled over its subsets), the MDAD each
     subset realizes on its own (``realized_studies``: one study each, the
     first-crossing rule), ``inside`` (the first subset's within the study band),
-    ``inside_share`` (the share of the subsets' within it) and
+    ``studies_inside`` (how many of the subsets' are within it) and
     ``inside_curve_band`` (the pooled realized MDAD within the posterior band).
     Why per subset: the study band is the spread of one study's MDAD; pooled
     subsets cross later and steadier than any one study. ``fits``: one row per
@@ -447,7 +447,7 @@ def validate(
                         "study_within_one": _share_within(studies, point, 1.0),
                         "realized_studies": [None if np.isinf(r) else r for r in one],
                         "inside": inside[0],
-                        "inside_share": float(np.mean(inside)),
+                        "studies_inside": int(sum(inside)),
                         "inside_curve_band": bool(band[0] <= realized <= band[1]),
                         "n_pairs": int(diff.size),
                     }

@@ -63,7 +63,7 @@ def _inside(m: dict) -> str:
     studies = m.get("realized_studies")
     if not studies or len(studies) == 1:
         return str(m["inside"])
-    return f"{m['inside']} ({round(m['inside_share'] * len(studies))}/{len(studies)})"
+    return f"{m['inside']} ({m['studies_inside']}/{len(studies)})"
 
 
 def _studies(rows: list[dict]) -> tuple[int, int] | None:
@@ -71,7 +71,7 @@ def _studies(rows: list[dict]) -> tuple[int, int] | None:
     if any("realized_studies" not in m for m in rows):
         return None  # a run before the per-subset studies
     n = sum(len(m["realized_studies"]) for m in rows)
-    return round(sum(m["inside_share"] * len(m["realized_studies"]) for m in rows)), n
+    return sum(m["studies_inside"] for m in rows), n
 
 
 def summary_rows(runs: list[dict]) -> list[str]:

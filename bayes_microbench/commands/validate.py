@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             f"{s.abs_error * 100:>7.1f}  {_fmt(m.predicted):>6} [{_fmt(m.lower)}, "
             f"{_fmt(m.upper)}]  [{_fmt(m.study_lower)}, {_fmt(m.study_upper)}]  "
             f"{_fmt(m.realized):>9}  ({_fmt(m.realized_isotonic)})  "
-            f"{round(m.inside_share * len(m.realized_studies))}/{len(m.realized_studies)}"
+            f"{m.studies_inside}/{len(m.realized_studies)}"
         )
     print("P(correct ranking): predicted vs realized share, per decile of the prediction")
     for r in result.ranking.itertuples(index=False):
