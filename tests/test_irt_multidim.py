@@ -68,7 +68,7 @@ def test_refusals_without_sampling():
     with pytest.raises(ConfigurationError, match="n_dims must be a whole number >= 1"):
         IRTModel(resp, "2pl-md", config={"n_dims": 0})
     with pytest.raises(ConfigurationError, match="takes parameterization 'auto' or one of"):
-        IRTModel(resp, "2pl-md").fit("map", parameterization="decoupled")
+        IRTModel(resp, "2pl-md").fit("map", parameterization="decoupled-nc")
     one_d = xr.Dataset(
         {"discrimination": (("chain", "draw", "item"), np.ones((1, 2, 3)))},
         coords={"item": ["a", "b", "c"]},
@@ -119,12 +119,15 @@ def test_anchors_and_start_values_are_identified():
 
 
 @pytest.mark.parametrize("missing", [0.2, 0.6])  # dense with a mask, then gathered
-def test_loglik_matches_numpy(missing):
+@pytest.mark.parametrize("parameterization", ["non-centered", "decoupled"])
+def test_loglik_matches_numpy(missing, parameterization):
     resp, _ = simulate_mirt(40, 30, n_dims=3, missing=missing, seed=3)
     model = IRTModel(resp, "2pl-md", config={"n_dims": 3})
     assert model.data.dense == (missing < 0.5)
-    pm_model = model.build_model(parameterization="non-centered", float32=False)
-    outs = pm_model.replace_rvs_by_values([*pm_model.free_RVs, pm_model["loglik"]])
+    pm_model = model.build_model(parameterization=parameterization, float32=False)
+    decoupled = parameterization == "decoupled"
+    terms = ["loglik", "intercept_prior", "loading_sd_prior"] if decoupled else ["loglik"]
+    outs = pm_model.replace_rvs_by_values([*pm_model.free_RVs, *(pm_model[t] for t in terms)])
     fn = pm_model.compile_fn(
         outs,
         inputs=pm_model.value_vars,
@@ -132,20 +135,38 @@ def test_loglik_matches_numpy(missing):
         point_fn=False,
         mode="FAST_COMPILE",
     )
-    point = pm_model.initial_point()
+    # away from the start (where the decoupled scales are 1 and locations 0)
+    rng = np.random.default_rng(0)
+    point = {k: v + rng.normal(0.0, 0.3, np.shape(v)) for k, v in pm_model.initial_point().items()}
     values = fn(*[point[v.name] for v in pm_model.value_vars])
+    n_rv = len(pm_model.free_RVs)
     raw = {
         rv.name: np.asarray(v)[None, None]
-        for rv, v in zip(pm_model.free_RVs, values[:-1], strict=True)
+        for rv, v in zip(pm_model.free_RVs, values[:n_rv], strict=True)
     }
     anchors = md.start_values(model.data, 3).anchors
-    saved = md.to_saved_scale(raw, model.data, model.config, "non-centered", anchors)
+    saved = md.to_saved_scale(raw, model.data, model.config, parameterization, anchors)
     ab, a, e = (saved[k][1][0, 0] for k in ("ability", "discrimination", "intercept"))
     eta = ab @ a.T + e
     y = model.data.values
     obs = ~np.isnan(y)
     expect = np.sum(np.where(obs, np.where(obs, y, 0) * eta - np.logaddexp(0, eta), 0.0))
-    assert float(values[-1]) == pytest.approx(expect, rel=1e-9)
+    assert float(values[n_rv]) == pytest.approx(expect, rel=1e-9)
+    if decoupled:
+        from scipy import stats
+
+        # the priors, written on the saved scale, see the saved intercepts and loading sds
+        sub = model.data.subtask_codes
+        mu, sd = (saved[k][1][0, 0] for k in ("intercept_mean", "intercept_sd"))
+        prior = stats.norm.logpdf(e, mu[sub], sd[sub]).sum()
+        assert float(values[n_rv + 1]) == pytest.approx(prior, rel=1e-9)
+        s = np.sqrt(raw["s2"][0, 0])
+        loading_sd = saved["loading_sd"][1][0, 0]
+        with_jacobian = (stats.halfnorm.logpdf(loading_sd) - np.log(s[1:])).sum()
+        assert float(values[n_rv + 2]) == pytest.approx(with_jacobian, rel=1e-9)
+        # each saved ability column is the sampled direction's mean, scale and sign
+        assert np.allclose(ab.mean(axis=0), raw["m"][0, 0])
+        assert np.allclose(ab.std(axis=0, ddof=1), s)
     # the identification constraints hold in the saved scale
     assert np.allclose(np.triu(a[anchors], 1), 0.0) and (np.diag(a[anchors]) > 0).all()
 
@@ -197,8 +218,13 @@ def test_nuts_layout_constraints_and_diagnostics(nuts_fit):
     assert (disc.sel(item=anchors[1], dim=1) > 0).all()
     d = fit.diagnostics
     assert d is not None and d.n_chains == 2 and d.n_draws == 150
+    assert fit.parameterization == "decoupled"  # the default from 100 llms
     assert 1.0 <= d.max_rhat < 1.3 and np.isfinite(d.min_ess_bulk) and d.min_ess_bulk > 10
-    assert d.divergences == 0
+    # 150 warm-up draws leave a few divergences in the centered slopes of this small
+    # matrix (measured 1-5 of 300; the default fit then refits with the plain
+    # abilities, docs/decisions/0050): counted, named among the problems, and rare
+    assert d.divergences < 0.05 * d.n_chains * d.n_draws
+    assert (d.divergences > 0) == any("divergent" in p for p in d.problems)
     assert "[" in d.worst_rhat  # a named element, e.g. "discrimination[q3, 1]"
 
 
@@ -431,6 +457,45 @@ def test_scoring_a_three_dim_md_posterior_covers_the_truth():
 
 
 # -------------------------------------------------------------- slow tier
+@pytest.mark.long
+def test_decoupled_and_centered_sample_one_posterior():
+    """The decoupled graph is a reparameterization: the same posterior, better mixed."""
+    resp, _ = simulate_mirt(seed=0)
+    fits = {}
+    for form in ("decoupled", "centered"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            fits[form] = IRTModel(resp, "2pl-md").fit(
+                draws=1000, tune=1000, random_seed=4, parameterization=form
+            )
+    assert fits["decoupled"].parameterization == "decoupled"
+    a, b = fits["decoupled"].posterior, fits["centered"].posterior
+    for name in ("ability", "discrimination", "intercept", "loading_sd", "log_disc_mean"):
+        free = b[name].std(("chain", "draw")).values > 0  # not an anchor's fixed 0
+        mean_a, mean_b = _pmean(a, name)[free], _pmean(b, name)[free]
+        sd_a = a[name].std(("chain", "draw")).values[free]
+        sd_b = b[name].std(("chain", "draw")).values[free]
+        # measured: means within 0.11 posterior sd, sds within a few percent
+        assert np.max(np.abs(mean_a - mean_b) / sd_b) < 0.35, name
+        assert np.median(sd_a / sd_b) == pytest.approx(1.0, abs=0.1), name
+    # the scale of the second dimension mixes far better (measured ESS ~ 1000 vs ~ 300)
+    ess = {k: float(fit.diagnostics.min_ess_bulk) for k, fit in fits.items()}
+    assert ess["decoupled"] > ess["centered"], ess
+
+
+def test_decoupled_md_names_the_plain_abilities_as_its_remedy():
+    from bayes_microbench.irt.policy import remedy_refits, remedy_text
+
+    resp, _ = simulate_mirt(seed=0)
+    policy = IRTModel(resp, "2pl-md").policy("nuts")
+    assert policy.parameterization == "decoupled" and policy.adaptation == "draw_diag"
+    assert remedy_refits(policy) == [{"parameterization": "centered"}]
+    assert "parameterization='centered'" in remedy_text(policy)
+    small, _ = simulate_mirt(n_llms=60, seed=0)
+    below = IRTModel(small, "2pl-md").policy("nuts")
+    assert below.parameterization == "non-centered" and remedy_refits(below) == []
+
+
 @pytest.mark.slow
 def test_loo_prefers_the_md_model_on_md_data(nuts_fit):
     from bayes_microbench.irt.checks import compare_models, log_likelihood

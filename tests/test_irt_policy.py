@@ -71,7 +71,7 @@ def hard():
         ("big", "2pl", "lognormal", "advi", "non-centered"),
         ("big", "2pl", "lognormal", "map", "non-centered"),
         ("small", "2pl", "lognormal", "laplace", "non-centered"),
-        ("big", "2pl-md", "lognormal", "nuts", "centered"),
+        ("big", "2pl-md", "lognormal", "nuts", "decoupled"),
         ("small", "2pl-md", "lognormal", "nuts", "non-centered"),
         ("big", "2pl-md", "lognormal", "pathfinder", "non-centered"),
     ],
@@ -150,8 +150,10 @@ def test_remedy_text_spells_the_settings_as_the_caller_takes_them(big, small):
 
 def test_one_parameterization_type_for_both_model_families():
     assert set(PARAMETERIZATIONS_1D) == {"decoupled", "decoupled-nc", "non-centered"}
-    assert set(PARAMETERIZATIONS_MD) == {"centered", "non-centered"}
+    assert set(PARAMETERIZATIONS_MD) == {"decoupled", "centered", "non-centered"}
     assert PARAMETERIZATIONS_1D["decoupled"].centered and PARAMETERIZATIONS_MD["centered"].centered
+    # the decoupled 2pl-md shares the 1-D models' ability block (docs/decisions/0050)
+    assert PARAMETERIZATIONS_MD["decoupled"] == PARAMETERIZATIONS_1D["decoupled"]
     assert not PARAMETERIZATIONS_1D["non-centered"].centered
     assert not PARAMETERIZATIONS_MD["non-centered"].centered
 
@@ -170,7 +172,7 @@ def test_one_parameterization_type_for_both_model_families():
         ({"target_accept": 1.0}, r"^target_accept must lie in \[0.5, 1\), got 1.0"),
         ({"target_accept": "high"}, r"^target_accept must lie in"),
         ({"model": "2pl", "parameterization": "centred"}, r"^parameterization must be 'auto'"),
-        ({"model": "2pl-md", "parameterization": "decoupled"}, r"^model '2pl-md' takes"),
+        ({"model": "2pl-md", "parameterization": "decoupled-nc"}, r"^model '2pl-md' takes"),
         (
             {"model": "1pl", "parameterization": "decoupled-nc"},
             r"^parameterization 'decoupled-nc' applies to the 2PL and 3PL",
@@ -218,10 +220,10 @@ def test_the_fit_command_prints_the_flags(tmp_path, capsys):
     flags = command_flags(fit_parser)
     assert (flags["draws"], flags["discrimination_prior"]) == ("--draws", "--discrimination-prior")
     with flag_names(flags), pytest.raises(SettingError) as info:
-        check_fit_settings(model="2pl-md", parameterization="decoupled")
+        check_fit_settings(model="2pl-md", parameterization="decoupled-nc")
     assert str(info.value).startswith("--model '2pl-md' takes --parameterization 'auto'")
     with pytest.raises(SettingError) as info:  # the library's own names outside the CLI
-        check_fit_settings(model="2pl-md", parameterization="decoupled")
+        check_fit_settings(model="2pl-md", parameterization="decoupled-nc")
     assert str(info.value).startswith("model '2pl-md' takes parameterization 'auto'")
     with flag_names(flags):
         hint = remedy_text(Policy("decoupled-nc", "diag", "centered-items", "", False, False))

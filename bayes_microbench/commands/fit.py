@@ -108,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="what NUTS samples: auto (default: decoupled from 100 llms, decoupled-nc below "
         "for a lognormal 2PL/3PL and at any size for a lognormal 3PL whose fixed floors leave "
         "its items weakly informed, else non-centered), decoupled (centered items), "
-        "decoupled-nc, non-centered; 2pl-md: centered or non-centered",
+        "decoupled-nc, non-centered; 2pl-md: decoupled, centered or non-centered",
     )
     p.add_argument(
         "--n-options",

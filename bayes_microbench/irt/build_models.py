@@ -13,8 +13,8 @@ saved calibration, draws thinned (float32) so that the file stays under
 :data:`MAX_FILE_BYTES`, what that thinning changes in ``score`` and ``mdad``
 measured against the unthinned draws, and a model card. A fit that does not
 converge is written all the same, marked as such in its card, in its file (the
-loader warns) and in ``bayes-microbench models``. GPQA also ships two
-hand-tuned fits (``gpqa-2pl``, ``gpqa-2pl-md``).
+loader warns) and in ``bayes-microbench models``. GPQA also ships a
+hand-tuned 2PL (``gpqa-2pl``) and the default fit of the 2-D ``2pl-md`` (``gpqa-2pl-md``).
 
 ``--calibrate`` computes, for the existing artifacts, the calibration ``score``
 applies by default (:mod:`bayes_microbench.irt.calibration`, on the responses in
@@ -128,12 +128,9 @@ ARTIFACTS: dict[str, ArtifactSpec] = {
         data="open-llm-leaderboard-v2/gpqa.csv",
         model="2pl-md",
         # scores held-out GPQA llms with intervals much closer to their stated
-        # coverage than the 2PL's (benchmarks/study_md_scoring.py); 2 x (1000 +
-        # 1000) left R-hat 1.030 and bulk ESS 170 (loading_sd[1]) and 2 x (2000 + 2000)
-        # R-hat 1.015 and bulk ESS 257, so it runs longer
-        draws=4000,
-        tune=2000,
-        thin=20,
+        # coverage than the 2PL's (benchmarks/study_md_scoring.py); the default fit
+        # (decoupled: docs/decisions/0050) converges on it
+        default_fit=True,
         config=(("n_dims", 2),),
         description=_GPQA,
         benchmark="gpqa",

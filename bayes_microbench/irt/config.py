@@ -208,6 +208,7 @@ PARAMETERIZATIONS_1D: dict[str, Parameterization] = {
 PARAMETERIZATIONS_MD: dict[str, Parameterization] = {
     p.name: p
     for p in (
+        Parameterization("decoupled", "sphere", True),
         Parameterization("centered", "plain", True),
         Parameterization("non-centered", "plain", False),
     )

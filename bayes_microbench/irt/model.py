@@ -152,11 +152,11 @@ class IRTModel:
     def build_model(self, *, parameterization: str | None = None, float32: bool = True) -> Any:
         """Build (once) and return the :class:`pymc.Model`.
 
-        ``parameterization`` defaults to ``"decoupled"`` (``"centered"`` for
-        ``2pl-md``, see :mod:`bayes_microbench.irt.multidim`).
+        ``parameterization`` defaults to ``"decoupled"`` (for the ``2pl-md`` too, see
+        :mod:`bayes_microbench.irt.multidim`).
         """
         if parameterization is None:
-            parameterization = "centered" if self.is_multidim else "decoupled"
+            parameterization = "decoupled"
         key = (parameterization, bool(float32))
         if self._model is None or self._model_key != key:
             if self.is_multidim:

@@ -8,7 +8,8 @@ loadings, positive dimension-0 loadings; ids in the posterior's ``anchors`` attr
 Saved: ``ability`` (llm, dim), ``discrimination`` (item, dim), ``intercept``, ``mdisc`` =
 ``|discrimination[i]|``, ``difficulty`` = ``-intercept / mdisc``, ``loading_sd``
 (``extra_dim``). Parameterizations: ``"centered"`` (NUTS from 100 llms) and
-``"non-centered"`` (the approximations, small matrices); :func:`item_embeddings`.
+``"non-centered"`` (the approximations, small matrices), and ``"decoupled"`` (each ability
+column as the 2PL's mean, scale and direction); :func:`item_embeddings`.
 
 Why: docs/decisions/0015-multidimensional-2pl-identification.md (the model, the anchors,
 what is identified, the saved scale).
@@ -145,7 +146,8 @@ def build(
     check_dims(data, n_dims)
     dtype = "float32" if float32 else "float64"
     start = start_values(data, n_dims)
-    centered = PARAMETERIZATIONS_MD[parameterization].centered
+    form = PARAMETERIZATIONS_MD[parameterization]
+    centered = form.centered
     coords = {
         "llm": data.llms,
         "item": data.items,
@@ -154,6 +156,9 @@ def build(
         "extra_dim": np.arange(1, n_dims),
     }
     with pytensor.config.change_flags(floatX=dtype), pm.Model(coords=coords) as model:
+        if form.ability == "sphere":
+            _decoupled_graph(data, config, start, dtype, n_dims)
+            return model
         # sampled as one flat vector (llm-major): every free variable is 1-D, which the
         # mean-field ADVI start (per-variable initial sigmas) relies on
         ability = pm.Normal(
@@ -170,6 +175,119 @@ def build(
             disc = pt.concatenate([disc, extra], axis=1)
         pm.Potential("loglik", _loglik(data, ability, disc, e, dtype, n_dims))
     return model
+
+
+def _decoupled_graph(
+    data: IRTData, config: IRTConfig, start: Start, dtype: str, n_dims: int
+) -> None:
+    """The ``"decoupled"`` graph (inside a model context): the 2PL's decoupling per dimension.
+
+    Each ability column is ``m[d] + s[d] * v[d]`` (:func:`_sphere_columns`), and the
+    likelihood sees the slopes ``discrimination[:, d] * s[d]`` and the intercepts
+    ``intercept + discrimination . m`` (dimension 0's about each item's information
+    centre, :func:`~.pymc_model.item_centers`), so that neither the location nor the
+    scale of a dimension is a direction NUTS has to travel along; the priors are the
+    centered model's, written on the saved scale. Why: docs/decisions/0050.
+    """
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    from .pymc_model import _scaled_log_disc_mean, item_centers
+
+    sub, n_s = data.subtask_codes, len(data.subtasks)
+    m, v, log_s = _sphere_columns(data.n_llms, start.ability.T, dtype)
+    s = pt.exp(log_s)
+    # dimension 0: log(discrimination * s[0]), its subtask mean shifted by log s[0]
+    mu_lat, sd_la = _scaled_log_disc_mean(config, n_s, dtype, log_s[0])
+    la_init = np.log(start.loadings[:, 0])
+    lat = pm.Normal(
+        "log_disc_scaled", mu_lat[sub], sd_la[sub], dims="item", initval=_arr(la_init, dtype)
+    )
+    a_lik = pt.exp(lat)[:, None]
+    if n_dims >= 2:
+        a_lik = pt.concatenate(
+            [a_lik, _scaled_extra_loadings(data, start, dtype, n_dims, s)], axis=1
+        )
+    disc = a_lik / s[None, :]
+    # intercepts the likelihood sees, dimension 0's about the item's information centre
+    centers = item_centers(data)
+    e_c = pm.Flat(
+        "e", dims="item", initval=_arr(start.intercept + start.loadings[:, 0] * centers, dtype)
+    )
+    e = e_c - a_lik[:, 0] * _arr(centers, dtype)
+    mu_d = pm.Normal("intercept_mean", 0.0, config.intercept_mean_sd, dims="subtask")
+    sd_d = pm.HalfNormal("intercept_sd", config.intercept_sd_scale, dims="subtask")
+    pm.Potential(
+        "intercept_prior",
+        pm.logp(pm.Normal.dist(mu_d[sub], sd_d[sub]), e - pt.dot(disc, m)).sum(),
+    )
+    pm.Potential("loglik", _loglik(data, v.T, a_lik, e, dtype, n_dims))
+
+
+def _sphere_columns(n_l: int, z_init: np.ndarray, dtype: str) -> tuple[Any, Any, Any]:
+    """Per dimension, the 2PL's decoupled ability block (model context): ``(m, v, log s)``.
+
+    ``m[d] ~ Normal(0, 1/sqrt(n))``, ``v[d] = u[d] * sqrt(n-1) / |u[d]|`` with a zero-sum
+    ``u[d]`` and a tight radius prior, ``s[d]^2 ~ Gamma((n-1)/2, (n-1)/2)``: together
+    exactly ``n`` iid standard normal abilities per dimension (docs/decisions/0013).
+    ``z_init``: (dim, llm) starting abilities, zero-mean with sd 1 per dimension.
+    """
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    from .pymc_model import RADIUS_SD
+
+    n_d = z_init.shape[0]
+    m = pm.Normal(
+        "m",
+        0.0,
+        1.0 / np.sqrt(n_l),
+        dims="dim",
+        initval=_arr(np.full(n_d, 0.01 / np.sqrt(n_l)), dtype),
+    )
+    u = pm.ZeroSumNormal("u", sigma=1.0, dims=("dim", "llm"), initval=_arr(z_init, dtype))
+    r = pt.sqrt(pt.sum(u**2, axis=1))
+    r0 = float(np.sqrt(n_l - 1.0))
+    # cancel the ZeroSumNormal's radial density, impose a tight radius prior
+    pm.Potential(
+        "radius_prior",
+        pt.sum(r**2 / 2 - (r - r0) ** 2 / (2 * RADIUS_SD**2) - (n_l - 2) * pt.log(r)),
+    )
+    s2 = pm.Gamma(
+        "s2", alpha=(n_l - 1) / 2, beta=(n_l - 1) / 2, dims="dim", initval=_arr(np.ones(n_d), dtype)
+    )
+    return m, u * (r0 / r)[:, None], 0.5 * pt.log(s2)
+
+
+def _scaled_extra_loadings(data: IRTData, start: Start, dtype: str, n_dims: int, s: Any) -> Any:
+    """Loadings on dimensions 1..D-1 times ``s[d]`` (item, D-1), centered (model context).
+
+    Their scale is sampled as ``loading_sd * s[d]`` (``loading_sd_scaled``), with
+    ``loading_sd``'s half-normal prior and the Jacobian, so that ``s`` meets only it.
+    """
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    free, diag = _layout(data.n_items, n_dims, start.anchors)
+    extra_init = start.loadings[:, 1:]
+    sd_init = np.maximum(extra_init.std(axis=0), 0.1)
+    tau = pm.HalfFlat("loading_sd_scaled", dims="extra_dim", initval=_arr(sd_init, dtype))
+    s_x = s[1:]
+    pm.Potential(
+        "loading_sd_prior",
+        (pm.logp(pm.HalfNormal.dist(LOADING_SD_SCALE), tau / s_x) - pt.log(s_x)).sum(),
+    )
+    f_init = extra_init[free[:, 0], free[:, 1]]
+    g_init = np.maximum(extra_init[diag[:, 0], diag[:, 1]], 0.05)
+    f = pm.Normal(
+        "loading_free_scaled", 0.0, tau[free[:, 1]], shape=len(free), initval=_arr(f_init, dtype)
+    )
+    g = pm.HalfNormal(
+        "loading_diag_scaled", tau[diag[:, 1]], shape=len(diag), initval=_arr(g_init, dtype)
+    )
+    extra = pt.zeros((data.n_items, n_dims - 1), dtype=dtype)
+    extra = pt.set_subtensor(extra[free[:, 0], free[:, 1]], f)
+    return pt.set_subtensor(extra[diag[:, 0], diag[:, 1]], g)
 
 
 def _arr(x: Any, dtype: str) -> np.ndarray:
@@ -332,6 +450,8 @@ def to_saved_scale(
     n_dims = int(config.n_dims)
     sub = data.subtask_codes
     lead = f64["intercept_sd"].shape[:-1]
+    if parameterization == "decoupled":
+        return _decoupled_saved(f64, data, n_dims, anchors)
     if parameterization == "centered":
         intercept = f64["intercept"]
         la = f64["log_discrimination"]
@@ -354,17 +474,57 @@ def to_saved_scale(
         disc[..., free[:, 0], free[:, 1] + 1] = f
         disc[..., diag[:, 0], diag[:, 1] + 1] = g
         out["loading_sd"] = (("extra_dim",), sd_l)
+    ability = f64["ability_flat"].reshape(*lead, data.n_llms, n_dims)
+    return _saved(out, f64, ability, disc, intercept, f64["log_disc_mean"])
+
+
+def _saved(
+    out: dict[str, tuple[tuple[str, ...], np.ndarray]],
+    f64: dict[str, np.ndarray],
+    ability: np.ndarray,
+    disc: np.ndarray,
+    intercept: np.ndarray,
+    log_disc_mean: np.ndarray,
+) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+    """``out`` completed with the saved parameters every parameterization shares."""
     mdisc = np.sqrt(np.sum(disc**2, axis=-1))
-    out["ability"] = (("llm", "dim"), f64["ability_flat"].reshape(*lead, data.n_llms, n_dims))
+    out["ability"] = (("llm", "dim"), ability)
     out["discrimination"] = (("item", "dim"), disc)
     out["intercept"] = (("item",), intercept)
     out["mdisc"] = (("item",), mdisc)
     out["difficulty"] = (("item",), -intercept / mdisc)
     out["intercept_mean"] = (("subtask",), f64["intercept_mean"])
     out["intercept_sd"] = (("subtask",), f64["intercept_sd"])
-    out["log_disc_mean"] = (("subtask",), f64["log_disc_mean"])
+    out["log_disc_mean"] = (("subtask",), log_disc_mean)
     out["log_disc_sd"] = (("subtask",), f64["log_disc_sd"])
     return out
+
+
+def _decoupled_saved(
+    f64: dict[str, np.ndarray], data: IRTData, n_dims: int, anchors: np.ndarray
+) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+    """:func:`to_saved_scale` of the ``"decoupled"`` graph's draws (:func:`_decoupled_graph`)."""
+    from .pymc_model import item_centers
+
+    u = f64["u"]  # (..., dim, llm)
+    v = u * np.sqrt(data.n_llms - 1.0) / np.sqrt(np.sum(u**2, axis=-1, keepdims=True))
+    s = np.sqrt(f64["s2"])  # (..., dim)
+    m = f64["m"]
+    ability = np.swapaxes(m[..., None] + s[..., None] * v, -1, -2)  # (..., llm, dim)
+    lead = s.shape[:-1]
+    a_lik = np.zeros((*lead, data.n_items, n_dims))
+    a_lik[..., 0] = np.exp(f64["log_disc_scaled"])
+    out: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
+    if n_dims >= 2:
+        free, diag = _layout(data.n_items, n_dims, anchors)
+        a_lik[..., free[:, 0], free[:, 1] + 1] = f64["loading_free_scaled"]
+        a_lik[..., diag[:, 0], diag[:, 1] + 1] = f64["loading_diag_scaled"]
+        out["loading_sd"] = (("extra_dim",), f64["loading_sd_scaled"] / s[..., 1:])
+    disc = a_lik / s[..., None, :]
+    e = f64["e"] - a_lik[..., 0] * item_centers(data)
+    intercept = e - np.einsum("...id,...d->...i", disc, m)
+    log_disc_mean = f64["log_disc_mean_scaled"] - np.log(s[..., :1])
+    return _saved(out, f64, ability, disc, intercept, log_disc_mean)
 
 
 def is_multidim(posterior: Any) -> bool:

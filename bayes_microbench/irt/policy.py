@@ -46,7 +46,7 @@ WEAK_SLOPE_SD = 0.24
 #: items without discrimination (docs/decisions/0036).
 WEAK_ITEM_SHARE = 0.2
 
-Remedy = Literal["floor-misfit", "truncated-normal", "centered-items", ""]
+Remedy = Literal["floor-misfit", "truncated-normal", "centered-items", "plain-abilities", ""]
 
 #: What an unconverged ``"decoupled-nc"`` NUTS fit suggests (``{centered}``: how to
 #: ask for the centered items in the caller's interface).
@@ -71,7 +71,8 @@ class Policy:
     remedy
         The remedy an unconverged NUTS fit names: ``"floor-misfit"`` (use the 2PL),
         ``"truncated-normal"`` (the truncated-normal discrimination prior),
-        ``"centered-items"`` (``parameterization="decoupled"``) or ``""`` (none known).
+        ``"centered-items"`` (``parameterization="decoupled"``), ``"plain-abilities"``
+        (a decoupled ``2pl-md``: ``parameterization="centered"``) or ``""`` (none known).
     floor_misfit
         Why a fixed-floor 3PL may fail here, in one clause ("" when it does not apply).
     weak_slopes
@@ -244,7 +245,7 @@ def choose(
         What the caller asked for: ``"auto"`` resolves to ``"decoupled"`` (NUTS from
         :data:`CENTERED_MIN_LLMS` llms, unless :func:`weak_slopes`), ``"decoupled-nc"``
         (NUTS of a lognormal 2PL/3PL otherwise), ``"non-centered"`` (the rest); for a
-        ``2pl-md``: ``"centered"`` (NUTS from 100 llms) or ``"non-centered"``. Any other
+        ``2pl-md``: ``"decoupled"`` (NUTS from 100 llms) or ``"non-centered"``. Any other
         value is kept (it is validated by :func:`~bayes_microbench.irt.config.check_fit_settings`).
     adaptation
         ``"auto"`` resolves to ``"draw_diag"`` for ``"decoupled"``, ``"diag"`` otherwise.
@@ -263,7 +264,7 @@ def choose(
     lognormal = lognormal_discrimination(config)
     if parameterization == "auto":
         if config.model == "2pl-md":
-            parameterization = "centered" if nuts and big else "non-centered"
+            parameterization = "decoupled" if nuts and big else "non-centered"
         elif nuts and big and not weak:
             parameterization = "decoupled"
         elif nuts and lognormal:
@@ -280,7 +281,11 @@ def choose(
     # weak slopes (centered) it mixed worse than the lognormal's non-centered items
     truncated_helps = lognormal and nuts and big and not weak
     remedy: Remedy = ""
-    if misfit:
+    if config.model == "2pl-md":
+        # the decoupled 2pl-md mixed faster on GPQA, but its centered slopes can diverge
+        # where the plain abilities did not (docs/decisions/0050)
+        remedy = "plain-abilities" if nuts and parameterization == "decoupled" else ""
+    elif misfit:
         remedy = "floor-misfit"
     elif truncated_helps:
         remedy = "truncated-normal"
@@ -325,6 +330,12 @@ def remedy_text(policy: Policy, spell: Callable[[str, Any], str] = spell_paramet
         )
     if policy.remedy == "centered-items":
         return SMALL_MATRIX_HINT.format(centered=spell("parameterization", "decoupled"))
+    if policy.remedy == "plain-abilities":
+        return (
+            f"{spell('parameterization', 'centered')} samples the plain abilities: "
+            "no divergences where the decoupled form had some, but slower mixing "
+            "(docs/decisions/0050)"
+        )
     return ""
 
 
@@ -344,6 +355,8 @@ def remedy_refits(policy: Policy) -> list[dict[str, str]]:
         ]
     if policy.remedy == "truncated-normal":
         return [{"discrimination_prior": "truncated-normal"}]
+    if policy.remedy == "plain-abilities":
+        return [{"parameterization": "centered"}]
     return []
 
 
