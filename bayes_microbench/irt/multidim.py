@@ -7,9 +7,9 @@ the others. Identified by ``D`` anchor items chosen from the data (lower-triangu
 loadings, positive dimension-0 loadings; ids in the posterior's ``anchors`` attr).
 Saved: ``ability`` (llm, dim), ``discrimination`` (item, dim), ``intercept``, ``mdisc`` =
 ``|discrimination[i]|``, ``difficulty`` = ``-intercept / mdisc``, ``loading_sd``
-(``extra_dim``). Parameterizations: ``"centered"`` (NUTS from 100 llms) and
-``"non-centered"`` (the approximations, small matrices), and ``"decoupled"`` (each ability
-column as the 2PL's mean, scale and direction); :func:`item_embeddings`.
+(``extra_dim``). Parameterizations: ``"decoupled"`` (NUTS from 100 llms: each ability
+column as the 2PL's mean, scale and direction), ``"centered"`` (the plain abilities, its
+refit) and ``"non-centered"`` (the approximations, small matrices); :func:`item_embeddings`.
 
 Why: docs/decisions/0015-multidimensional-2pl-identification.md (the model, the anchors,
 what is identified, the saved scale).
