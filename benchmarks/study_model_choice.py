@@ -115,7 +115,7 @@ def report(saved: list[dict]) -> None:
             {
                 "table": 0,
                 "columns": ["data", "candidate", "elpd_diff", "converged", "kept"],
-                "where": {"candidate": ["2pl", "2pl-md:2"]},
+                "where": {"candidate": ["2pl", "2pl-md:2", "2pl-md:3"]},
             }
         ],
     )
