@@ -230,7 +230,8 @@ class IRTModel:
             Evaluate the likelihood in single precision (default; twice as fast,
             and ample for Bernoulli log likelihoods).
         parameterization
-            ``"auto"`` (default): ``"decoupled"`` (centered) for NUTS on 100 or
+            ``"auto"`` (default): ``"decoupled"`` (centered; for a ``2pl-md`` each
+            ability column decoupled, docs/decisions/0050) for NUTS on 100 or
             more llms; below that ``"decoupled-nc"`` for NUTS of a lognormal
             2PL/3PL, else ``"non-centered"`` (always for the approximations).
             NUTS of a lognormal 3PL with
