@@ -235,7 +235,7 @@ def _sphere_columns(n_l: int, z_init: np.ndarray, dtype: str) -> tuple[Any, Any,
     import pymc as pm
     import pytensor.tensor as pt
 
-    from .pymc_model import RADIUS_SD
+    from .pymc_model import radius_log_density
 
     n_d = z_init.shape[0]
     m = pm.Normal(
@@ -248,11 +248,7 @@ def _sphere_columns(n_l: int, z_init: np.ndarray, dtype: str) -> tuple[Any, Any,
     u = pm.ZeroSumNormal("u", sigma=1.0, dims=("dim", "llm"), initval=_arr(z_init, dtype))
     r = pt.sqrt(pt.sum(u**2, axis=1))
     r0 = float(np.sqrt(n_l - 1.0))
-    # cancel the ZeroSumNormal's radial density, impose a tight radius prior
-    pm.Potential(
-        "radius_prior",
-        pt.sum(r**2 / 2 - (r - r0) ** 2 / (2 * RADIUS_SD**2) - (n_l - 2) * pt.log(r)),
-    )
+    pm.Potential("radius_prior", pt.sum(radius_log_density(r, n_l)))
     s2 = pm.Gamma(
         "s2", alpha=(n_l - 1) / 2, beta=(n_l - 1) / 2, dims="dim", initval=_arr(np.ones(n_d), dtype)
     )
@@ -504,13 +500,11 @@ def _decoupled_saved(
     f64: dict[str, np.ndarray], data: IRTData, n_dims: int, anchors: np.ndarray
 ) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
     """:func:`to_saved_scale` of the ``"decoupled"`` graph's draws (:func:`_decoupled_graph`)."""
-    from .pymc_model import item_centers
+    from .pymc_model import _sphere_ability, item_centers
 
-    u = f64["u"]  # (..., dim, llm)
-    v = u * np.sqrt(data.n_llms - 1.0) / np.sqrt(np.sum(u**2, axis=-1, keepdims=True))
-    s = np.sqrt(f64["s2"])  # (..., dim)
-    m = f64["m"]
-    ability = np.swapaxes(m[..., None] + s[..., None] * v, -1, -2)  # (..., llm, dim)
+    columns, s_col = _sphere_ability(f64, data.n_llms)  # (..., dim, llm), (..., dim, 1)
+    ability = np.swapaxes(columns, -1, -2)  # (..., llm, dim)
+    s, m = s_col[..., 0], f64["m"]  # (..., dim)
     lead = s.shape[:-1]
     a_lik = np.zeros((*lead, data.n_items, n_dims))
     a_lik[..., 0] = np.exp(f64["log_disc_scaled"])

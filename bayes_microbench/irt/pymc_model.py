@@ -402,13 +402,22 @@ def _decoupled_ability(n_l: int, z_init: np.ndarray, *, sphere: bool) -> tuple[A
         return m, u, None
     r = pt.sqrt(pt.sum(u**2))
     r0 = float(np.sqrt(n_l - 1.0))
-    # cancel the ZeroSumNormal radial density, impose a tight radius prior
-    pm.Potential(
-        "radius_prior",
-        r**2 / 2 - (r - r0) ** 2 / (2 * RADIUS_SD**2) - (n_l - 2) * pt.log(r),
-    )
+    pm.Potential("radius_prior", radius_log_density(r, n_l))
     s2 = pm.Gamma("s2", alpha=(n_l - 1) / 2, beta=(n_l - 1) / 2, initval=1.0)
     return m, u * (r0 / r), 0.5 * pt.log(s2)
+
+
+def radius_log_density(r: Any, n_l: int) -> Any:
+    """The log density a zero-sum ``u`` of radius ``r`` gets on top of its ZeroSumNormal's.
+
+    It cancels the ZeroSumNormal's radial density (``n_l - 1`` free coordinates) and puts
+    a tight Normal(``sqrt(n_l - 1)``, :data:`RADIUS_SD`) on the radius, which enters
+    nothing else (docs/decisions/0013).
+    """
+    import pytensor.tensor as pt
+
+    r0 = float(np.sqrt(n_l - 1.0))
+    return r**2 / 2 - (r - r0) ** 2 / (2 * RADIUS_SD**2) - (n_l - 2) * pt.log(r)
 
 
 def _scaled_log_disc_mean(config: IRTConfig, n_s: int, dtype: str, log_s: Any) -> tuple[Any, Any]:
@@ -459,7 +468,11 @@ def _shifted_intercepts(
 
 
 def _sphere_ability(f64: dict[str, np.ndarray], n_l: int) -> tuple[np.ndarray, np.ndarray]:
-    """Saved abilities ``m + s * v`` of :func:`_decoupled_ability`'s draws, and ``s``."""
+    """Saved abilities ``m + s * v`` of :func:`_decoupled_ability`'s draws, and ``s``.
+
+    ``u`` (..., llm); the ``2pl-md``'s per-column block passes ``u`` (..., dim, llm) and
+    ``m``, ``s2`` (..., dim), giving abilities (..., dim, llm).
+    """
     u = f64["u"]
     v = u * np.sqrt(n_l - 1.0) / np.sqrt(np.sum(u**2, axis=-1, keepdims=True))
     s = np.sqrt(f64["s2"])[..., None]
