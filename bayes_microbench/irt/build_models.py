@@ -14,7 +14,8 @@ saved calibration, draws thinned (float32) so that the file stays under
 measured against the unthinned draws, and a model card. A fit that does not
 converge is written all the same, marked as such in its card, in its file (the
 loader warns) and in ``bayes-microbench models``. GPQA also ships a
-hand-tuned 2PL (``gpqa-2pl``) and the default fit of the 2-D ``2pl-md`` (``gpqa-2pl-md``).
+hand-tuned 2PL (``gpqa-2pl``), the default fit of the 2-D ``2pl-md``
+(``gpqa-2pl-md``) and of the 3-D one its data choose (``gpqa-2pl-md3``).
 
 ``--calibrate`` computes, for the existing artifacts, the calibration ``score``
 applies by default (:mod:`bayes_microbench.irt.calibration`, on the responses in
@@ -132,6 +133,17 @@ ARTIFACTS: dict[str, ArtifactSpec] = {
         # (decoupled: docs/decisions/0050) converges on it
         default_fit=True,
         config=(("n_dims", 2),),
+        description=_GPQA,
+        benchmark="gpqa",
+    ),
+    "gpqa-2pl-md3": ArtifactSpec(
+        name="gpqa-2pl-md3",
+        data="open-llm-leaderboard-v2/gpqa.csv",
+        model="2pl-md",
+        # the model GPQA's data choose (benchmarks/study_model_choice.py: PSIS-LOO over
+        # 1pl, 2pl and 2pl-md D = 2..4), fitted as fit --model auto fits it
+        default_fit=True,
+        config=(("n_dims", 3),),
         description=_GPQA,
         benchmark="gpqa",
     ),
