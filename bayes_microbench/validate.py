@@ -133,7 +133,9 @@ class ValidationResult:
         }
 
 
-def default_fit(model: str = "2pl") -> Callable[[Responses, int], FittedPosterior]:
+def default_fit(
+    model: str = "2pl", n_dims: int | None = None
+) -> Callable[[Responses, int], FittedPosterior]:
     """The ``fit`` command's default recipe as a validation fit: NUTS (draws extended as
     ``fit`` extends them), then calibration.
 
@@ -141,11 +143,15 @@ def default_fit(model: str = "2pl") -> Callable[[Responses, int], FittedPosterio
     ----------
     model
         The IRT model (``1pl``, ``2pl``, ``3pl``, ``2pl-md``).
+    n_dims
+        Ability dimensions of a ``2pl-md`` (None: the model's default, 2).
 
     Returns
     -------
     A function ``(training responses, seed) -> FittedPosterior``.
     """
+
+    config = _dims_config(model, n_dims)
 
     def fit(train: Responses, seed: int) -> FittedPosterior:
         from .irt.calibration import calibrate_fitted
@@ -153,7 +159,7 @@ def default_fit(model: str = "2pl") -> Callable[[Responses, int], FittedPosterio
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # reported below, once
-            irt = fit_default(train, model, random_seed=seed, progressbar=False)
+            irt = fit_default(train, model, config, random_seed=seed, progressbar=False)
         converged = irt.converged
         note = ""
         if converged is False:
@@ -168,6 +174,18 @@ def default_fit(model: str = "2pl") -> Callable[[Responses, int], FittedPosterio
         return FittedPosterior(irt.posterior, misfit, converged, note)
 
     return fit
+
+
+def _dims_config(model: str, n_dims: int | None) -> dict[str, Any] | None:
+    """The fit's configuration for ``n_dims`` (None when left to the model), checked."""
+    if n_dims is None:
+        return None
+    if model != "2pl-md":
+        raise UserInputError(
+            f"n_dims = {n_dims}: dimensions apply only to the 2pl-md (got model {model!r}); "
+            "drop them or fit the 2pl-md"
+        )
+    return {"n_dims": check_positive_int(n_dims, "n_dims")}
 
 
 def _check_settings(
@@ -289,6 +307,7 @@ def validate(
     n_replicates: int = DEFAULT_REPLICATES,
     fit: Callable[[Responses, int], FittedPosterior] | None = None,
     model: str = "2pl",
+    n_dims: int | None = None,
     ci_prob: float | None = None,
     random_seed: int = 0,
 ) -> ValidationResult:
@@ -315,6 +334,8 @@ def validate(
         :func:`default_fit` of ``model`` (what ``fit`` does with no flags).
     model
         The model of the default fit.
+    n_dims
+        Ability dimensions of a ``2pl-md`` default fit (None: 2).
     ci_prob
         Interval probability (default: the scoring default).
     random_seed
@@ -332,7 +353,8 @@ def validate(
     designs_t, sizes_t = _check_settings(responses, designs, sizes, held_out, splits)
     n_replicates = check_positive_int(n_replicates, "n_replicates")
     ci = DEFAULT_CI_PROB if ci_prob is None else float(ci_prob)
-    fit = default_fit(model) if fit is None else fit
+    _dims_config(model, n_dims)
+    fit = default_fit(model, n_dims) if fit is None else fit
     rng = np.random.default_rng(random_seed)
     score_rows: list[dict[str, Any]] = []
     fit_rows: list[dict[str, Any]] = []
@@ -480,6 +502,8 @@ def validate(
         "ci_prob": ci,
         "random_seed": random_seed,
     }
+    if n_dims is not None:
+        settings["n_dims"] = n_dims
     return ValidationResult(
         pd.DataFrame(score_rows), ranking, pd.DataFrame(mdad_rows), pd.DataFrame(fit_rows), settings
     )

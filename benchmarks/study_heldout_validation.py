@@ -13,7 +13,10 @@ point error <= 1 point (issue 20 item 4 restates these).
 Usage::
 
     .venv/bin/python benchmarks/study_heldout_validation.py [--benchmarks gpqa,arc]
-        [--seeds 0,1] [--held-out 60] [--model 2pl-md] [--fit-cache DIR] [--report-only]
+        [--seeds 0,1] [--held-out 60] [--model 2pl-md:3] [--fit-cache DIR] [--report-only]
+
+``--model`` is 1pl, 2pl, 3pl or 2pl-md:D (D ability dimensions; ``2pl-md`` alone is
+D = 2, the model's default, and runs are labelled so).
 
 ``--fit-cache DIR`` (outside the repository) keeps each training fit there and reuses
 it when a later run holds out the same llms with the same fit seed: the default fit
@@ -117,7 +120,17 @@ def summary_rows(runs: list[dict]) -> list[str]:
     return out
 
 
-def cached_fit(folder: Path, name: str, model: str):
+def model_spec(text: str) -> tuple[str, str, int | None]:
+    """``--model`` as (run label, model, n_dims): ``2pl-md:2`` is labelled ``2pl-md``."""
+    from bayes_microbench.irt.choice import parse_candidate
+
+    model, config = parse_candidate(text)
+    n_dims = config.get("n_dims")
+    label = model if n_dims in (None, 2) else f"{model}:{n_dims}"
+    return label, model, n_dims
+
+
+def cached_fit(folder: Path, name: str, label: str):
     """``validate``'s default fit of ``model``, saved in ``folder`` and reused from there.
 
     A fit is keyed by benchmark, model, fit seed and a hash of the training llms'
@@ -132,9 +145,12 @@ def cached_fit(folder: Path, name: str, model: str):
     from bayes_microbench.irt.model import fit_default
     from bayes_microbench.validate import FittedPosterior
 
+    _, model, n_dims = model_spec(label)
+    config = None if n_dims is None else {"n_dims": n_dims}
+
     def fit(train, seed: int) -> FittedPosterior:
         llms = hashlib.sha256("\n".join(map(str, train.llms)).encode()).hexdigest()[:12]
-        path = folder / f"{name}-{model}-{seed}-{llms}.nc"
+        path = folder / f"{name}-{label.replace(':', '')}-{seed}-{llms}.nc"
         fit.reused.append(path.exists())
         if path.exists():
             saved = load_posterior(path)
@@ -143,7 +159,7 @@ def cached_fit(folder: Path, name: str, model: str):
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                irt = fit_default(train, model, random_seed=seed, progressbar=False)
+                irt = fit_default(train, model, config, random_seed=seed, progressbar=False)
             folder.mkdir(parents=True, exist_ok=True)
             save_posterior(irt, path)
             posterior, converged = irt, irt.converged
@@ -162,7 +178,8 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> dict:
     resp = load_responses(MATRICES[name])
     sizes = [n for n in args.sizes if n < resp.n_items]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    fitter = None if args.fit_cache is None else cached_fit(args.fit_cache, name, args.model)
+    label, model, n_dims = model_spec(args.model)
+    fitter = None if args.fit_cache is None else cached_fit(args.fit_cache, name, label)
     t0 = time.perf_counter()
     res = validate(
         resp,
@@ -170,8 +187,9 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> dict:
         sizes=sizes,
         held_out=args.held_out,
         splits=args.splits,
-        model=args.model,
         random_seed=seed,
+        model=model,
+        n_dims=n_dims,
         fit=fitter,
     )
     doc = res.to_json()
@@ -304,7 +322,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="25,50,100")
     parser.add_argument("--designs", default="random,bayes-fisher,bayes-ranking")
     parser.add_argument(
-        "--model", default="2pl", choices=["1pl", "2pl", "3pl", "2pl-md"], help="IRT model"
+        "--model", default="2pl", help="IRT model: 1pl, 2pl, 3pl or 2pl-md:D (default 2pl)"
     )
     parser.add_argument(
         "--fit-cache",
@@ -314,6 +332,7 @@ def main() -> int:
     )
     parser.add_argument("--report-only", action="store_true", help="rewrite the section")
     args = parser.parse_args()
+    args.model = model_spec(args.model)[0]
     args.sizes = [int(n) for n in args.sizes.split(",")]
     args.designs = args.designs.split(",")
     saved = json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else []

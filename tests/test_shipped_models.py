@@ -279,6 +279,24 @@ def test_heldout_section_keeps_the_cards_model_and_says_when_its_fit_is_not_defa
     assert "own settings" not in one_d
 
 
+def test_heldout_runs_of_a_3d_md_belong_to_the_3d_card_only(tmp_path):
+    from bayes_microbench.irt.build_models import _heldout_text, _run_label
+
+    def run(model, seed):
+        row = {"design": "random", "n": 25, "coverage": 0.9, "width": 0.1}
+        doc = {"settings": {"benchmark": "gpqa", "random_seed": seed, "held_out": 60}}
+        return doc | {"scores": [row], "model": model}
+
+    path = tmp_path / "heldout.json"
+    path.write_text(json.dumps({"runs": [run("2pl-md", 7), run("2pl-md:3", 8)]}))
+    labels = [_run_label({"model": "2pl-md", "config": {"n_dims": d}}) for d in (2, 3)]
+    assert labels == ["2pl-md", "2pl-md:3"]
+    assert _run_label({"model": "2pl", "config": {}}) == "2pl"
+    two, three = (_heldout_text("gpqa", path, model=label) for label in labels)
+    assert "| 7 | 60 | random |" in two and "| 8 |" not in two
+    assert "| 8 | 60 | random |" in three and "| 7 |" not in three
+
+
 def test_heldout_section_reports_each_runs_design_check(tmp_path):
     from bayes_microbench.irt.build_models import _heldout_text
 

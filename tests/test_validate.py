@@ -105,6 +105,7 @@ def test_validate_same_seed_same_tables(simulated):
         ({"held_out": 80}, "leaves 10 to fit on"),
         ({"sizes": [500]}, "has 120 items"),
         ({"designs": ["nope"]}, "not a registered design"),
+        ({"n_dims": 3}, "dimensions apply only to the 2pl-md"),
     ],
 )
 def test_validate_refuses_bad_settings(simulated, kwargs, message):
@@ -123,6 +124,35 @@ def test_validate_command_bad_input_is_one_line(simulated, tmp_path, capsys):
     assert code == 2
     assert len(err) == 1 and "at least 20 held-out llms" in err[0]
     assert not out.exists()
+
+
+def test_validate_command_refuses_dims_without_the_md_model(simulated, tmp_path, capsys):
+    resp, _ = simulated
+    path = tmp_path / "r.csv"
+    save_responses(resp, path)
+    code = main(["validate", "--responses", str(path), "--dims", "3"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "--dims applies only to --model 2pl-md" in err[0]
+
+
+def test_default_fit_passes_the_dimensions_to_the_default_fit(simulated, monkeypatch):
+    """``validate --model 2pl-md --dims 3`` fits the 3-D model, not the default 2-D one."""
+    import bayes_microbench.irt.model as M
+    from bayes_microbench.validate import default_fit
+
+    seen = []
+
+    def fake_fit_default(train, model, config=None, **kw):
+        seen.append((model, config))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(M, "fit_default", fake_fit_default)
+    resp, _ = simulated
+    for n_dims in (3, None):
+        with pytest.raises(RuntimeError, match="stop here"):
+            default_fit("2pl-md", n_dims)(resp, 0)
+    assert seen == [("2pl-md", {"n_dims": 3}), ("2pl-md", None)]
 
 
 def test_validate_command_prints_each_rows_studies_in_band(
@@ -155,3 +185,22 @@ def test_weighted_estimate_skips_missing_cells():
     est = _weighted_estimate(values, np.array([0.5, 0.25, 0.25]))
     assert est[0] == pytest.approx(0.5 / 0.75)
     assert np.isnan(est[1])
+
+
+def test_heldout_study_labels_its_model_as_the_cards_do():
+    """``--model 2pl-md:3`` runs are labelled apart from the 2-D default's runs."""
+    import importlib.util
+
+    from .conftest import ROOT
+
+    path = ROOT / "benchmarks" / "study_heldout_validation.py"
+    spec = importlib.util.spec_from_file_location("_study_heldout", path)
+    assert spec is not None and spec.loader is not None
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    assert study.model_spec("2pl") == ("2pl", "2pl", None)
+    assert study.model_spec("2pl-md") == ("2pl-md", "2pl-md", 2)
+    assert study.model_spec("2pl-md:2") == ("2pl-md", "2pl-md", 2)
+    assert study.model_spec("2pl-md:3") == ("2pl-md:3", "2pl-md", 3)
+    with pytest.raises(UserInputError, match="not a model"):
+        study.model_spec("4pl")

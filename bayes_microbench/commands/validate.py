@@ -52,6 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="IRT model fitted on the training llms (default 2pl)",
     )
     p.add_argument(
+        "--dims",
+        type=POSITIVE_INT,
+        default=None,
+        metavar="D",
+        help="2pl-md only: number of ability dimensions (default 2)",
+    )
+    p.add_argument(
         "--replicates",
         type=POSITIVE_INT,
         default=10,
@@ -77,9 +84,14 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from .._validate import parse_int_list
+    from ..exceptions import UserInputError
     from ..io import load_responses, write_atomic
     from ..validate import validate
 
+    if args.dims is not None and args.model != "2pl-md":
+        raise UserInputError(
+            f"--dims applies only to --model 2pl-md (got --model {args.model}); drop --dims"
+        )
     if args.output is not None:
         check_output_file(args.output)
     designs = [d.strip() for d in args.designs.split(",") if d.strip()]
@@ -93,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         splits=args.splits,
         n_replicates=args.replicates,
         model=args.model,
+        n_dims=args.dims,
         ci_prob=args.ci_prob,
         random_seed=args.seed,
     )

@@ -504,7 +504,7 @@ def _card_markdown(c: dict[str, Any]) -> str:
         c.get("benchmark"),
         # a recalibration changes the procedure the held-out runs measured, as a rebuild does
         built=max(c.get("date") or "", c.get("calibration_date") or "") or None,
-        model=c.get("model", "2pl"),
+        model=_run_label(c),
         default_fit=c.get("default_fit", True),
     )
     if not d["ok"]:
@@ -667,6 +667,13 @@ with the same calibration, seed 0):
 |---|---|---|
 {rows}
 """
+
+
+def _run_label(card: dict[str, Any]) -> str:
+    """The held-out study's label of a card's model: ``2pl-md:D`` where D is not 2."""
+    model = str(card.get("model", "2pl"))
+    n_dims = (card.get("config") or {}).get("n_dims")
+    return model if model != "2pl-md" or n_dims in (None, 2) else f"{model}:{n_dims}"
 
 
 def _heldout_text(
