@@ -704,7 +704,8 @@ def _heldout_text(
     head = "\n## Held-out coverage\n"
     if not runs:
         return (
-            f"{head}Not measured yet for this benchmark. `bayes-microbench validate --responses "
+            f"{head}Not measured yet for this model ({model}) of this benchmark. "
+            "`bayes-microbench validate --responses "
             "DATA.csv` holds llms out, fits on the rest as `fit` does by default and reports the "
             "coverage of `score`'s intervals on the held-out llms; "
             "`benchmarks/study_heldout_validation.py` records it for the report.\n"
