@@ -121,7 +121,9 @@ SMALL = ("decoupled-nc", "lognormal"), ("decoupled", "lognormal"), ("decoupled",
 
 def test_fit_default_tries_the_remedies_in_order_and_keeps_the_first_converged(monkeypatch):
     calls = []
-    verdicts = dict(zip(SMALL, [{"rhat": 1.06}, {"divergences": 98}, {}], strict=True))
+    verdicts = dict(
+        zip(SMALL, [{"rhat": 1.06}, {"divergences": 98}, {"bulk": 450.0}], strict=True)
+    )
     _fake_nuts(monkeypatch, verdicts, calls)
     resp = simulate_responses("gpqa", n_llms=12, n_items=10, random_seed=0)
     with warnings.catch_warnings():
@@ -137,6 +139,9 @@ def test_fit_default_tries_the_remedies_in_order_and_keeps_the_first_converged(m
         {"parameterization": "decoupled", "discrimination_prior": "truncated-normal"},
     ]
     assert [r["converged"] for r in refits] == [False, False, True]
+    # each refit keeps what it missed, so a card can say why it was not kept
+    assert [r["min_ess_bulk"] for r in refits] == [900.0, 900.0, 450.0]
+    assert [r["problems"] for r in refits] == [["R-hat"], ["divergences"], []]
     assert fit.fit_info["wall_seconds_all"] == 3.0
     assert fit.fit_info["random_seed_drawn"] is False
 

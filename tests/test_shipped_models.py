@@ -279,6 +279,20 @@ def test_heldout_section_keeps_the_cards_model_and_says_when_its_fit_is_not_defa
     assert "own settings" not in one_d
 
 
+def test_refit_table_shows_each_refits_ess_and_a_dash_where_unrecorded():
+    from bayes_microbench.irt.build_models import _attempts_text
+
+    def refit(parameterization, converged, **ess):
+        return {"settings": {}, "parameterization": parameterization, "draws_tried": [1000],
+                "max_rhat": 1.004, "divergences": 0, "converged": converged, **ess}  # fmt: skip
+
+    new = refit("decoupled", False, min_ess_bulk=324.4, min_ess_tail=786.0)
+    text = _attempts_text([], [new, refit("centered", True)])
+    assert "| min bulk ESS | min tail ESS |" in text
+    assert "| 1.0040 | 324 | 786 | 0 | no |" in text
+    assert "| 1.0040 | - | - | 0 | yes |" in text
+
+
 def test_heldout_runs_of_a_3d_md_belong_to_the_3d_card_only(tmp_path):
     from bayes_microbench.irt.build_models import _heldout_text, _run_label
 

@@ -583,6 +583,9 @@ machine with 1-minute load average {c["load_average_1min"]} at the end of the fi
 {compaction}{loo}{heldout}"""
 
 
+_ESS_KEYS = ("min_ess_bulk", "min_ess_tail")
+
+
 def _attempts_text(attempts: list[dict[str, Any]], refits: Sequence[dict[str, Any]] = ()) -> str:
     """The default fit's refits and the kept fit's draws-extension attempts (empty for one fit)."""
     lines = []
@@ -592,18 +595,21 @@ def _attempts_text(attempts: list[dict[str, Any]], refits: Sequence[dict[str, An
             "The default fit's refits (`irt.model.fit_default`: the policy's remedies, tried "
             "in order until one converged):",
             "",
-            "| settings | parameterization | draws per chain | max R-hat | divergences | converged |",
-            "|---|---|---|---|---|---|",
+            "| settings | parameterization | draws per chain | max R-hat | min bulk ESS | "
+            "min tail ESS | divergences | converged |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for r in refits:
             settings = ", ".join(f"{k}={v}" for k, v in r["settings"].items()) or "defaults"
             if r.get("skipped"):
-                lines.append(f"| {settings} | not tried: {r['skipped']} | | | | |")
+                lines.append(f"| {settings} | not tried: {r['skipped']} | | | | | | |")
                 continue
             tried = ", ".join(str(d) for d in r["draws_tried"])
+            # records written before the ESS was kept show "-"
+            ess = [f"{r[k]:.0f}" if r.get(k) is not None else "-" for k in _ESS_KEYS]
             lines.append(
                 f"| {settings} | {r['parameterization']} | {tried} | {r['max_rhat']:.4f} | "
-                f"{r['divergences']} | {'yes' if r['converged'] else 'no'} |"
+                f"{ess[0]} | {ess[1]} | {r['divergences']} | {'yes' if r['converged'] else 'no'} |"
             )
     if not attempts:
         return "\n".join(lines) + "\n" if lines else ""

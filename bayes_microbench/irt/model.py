@@ -841,7 +841,10 @@ def fit_default(
             "parameterization": fit.parameterization,
             "converged": bool(fit.converged),
             "max_rhat": None if d is None else d.max_rhat,
+            "min_ess_bulk": None if d is None else d.min_ess_bulk,
+            "min_ess_tail": None if d is None else d.min_ess_tail,
             "divergences": None if d is None else d.divergences,
+            "problems": [] if d is None else list(d.problems),
             "draws_tried": fit.fit_info.get("draws_tried", []),
             "wall_seconds": fit.fit_info.get("wall_seconds_all"),
         }
