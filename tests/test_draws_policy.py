@@ -121,9 +121,7 @@ SMALL = ("decoupled-nc", "lognormal"), ("decoupled", "lognormal"), ("decoupled",
 
 def test_fit_default_tries_the_remedies_in_order_and_keeps_the_first_converged(monkeypatch):
     calls = []
-    verdicts = dict(
-        zip(SMALL, [{"rhat": 1.06}, {"divergences": 98}, {"bulk": 450.0}], strict=True)
-    )
+    verdicts = dict(zip(SMALL, [{"rhat": 1.06}, {"divergences": 98}, {"bulk": 450.0}], strict=True))
     _fake_nuts(monkeypatch, verdicts, calls)
     resp = simulate_responses("gpqa", n_llms=12, n_items=10, random_seed=0)
     with warnings.catch_warnings():

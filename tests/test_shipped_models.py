@@ -309,6 +309,20 @@ def test_heldout_runs_of_a_3d_md_belong_to_the_3d_card_only(tmp_path):
     two, three = (_heldout_text("gpqa", path, model=label) for label in labels)
     assert "| 7 | 60 | random |" in two and "| 8 |" not in two
     assert "| 8 | 60 | random |" in three and "| 7 |" not in three
+    assert "did not converge" not in three
+
+
+def test_heldout_section_says_when_a_training_fit_did_not_converge(tmp_path):
+    from bayes_microbench.irt.build_models import _heldout_text
+
+    row = {"design": "random", "n": 25, "coverage": 0.9, "width": 0.1}
+    fits = [{"converged": False, "note": "bulk ESS 332 < 400 (loading_sd[1])"}]
+    run = {"settings": {"benchmark": "gpqa", "random_seed": 1, "held_out": 60}}
+    path = tmp_path / "heldout.json"
+    path.write_text(json.dumps({"runs": [run | {"scores": [row], "fits": fits}]}))
+    text = _heldout_text("gpqa", path)
+    assert "**A training fit did not converge**" in text
+    assert "seed 1 (bulk ESS 332 < 400 (loading_sd[1]))" in text
 
 
 def test_heldout_section_reports_each_runs_design_check(tmp_path):

@@ -770,6 +770,18 @@ def _heldout_text(
             "per design and size (target: inside the simulated studies' 90% band in at least "
             f"85% of rows, within 1 point): {'; '.join(checks)}.",
         ]
+    unconverged = [
+        f"seed {r['settings'].get('random_seed')} ({f.get('note') or 'not converged'})"
+        for r in runs
+        for f in r.get("fits", [])
+        if f.get("converged") is False
+    ]
+    if unconverged:
+        lines += [
+            "",
+            "**A training fit did not converge** and its figures rest on it: "
+            f"{'; '.join(unconverged)}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
