@@ -122,12 +122,11 @@ def summary_rows(runs: list[dict]) -> list[str]:
 
 def model_spec(text: str) -> tuple[str, str, int | None]:
     """``--model`` as (run label, model, n_dims): ``2pl-md:2`` is labelled ``2pl-md``."""
-    from bayes_microbench.irt.choice import parse_candidate
+    from bayes_microbench.irt.choice import candidate_label, parse_candidate
 
     model, config = parse_candidate(text)
     n_dims = config.get("n_dims")
-    label = model if n_dims in (None, 2) else f"{model}:{n_dims}"
-    return label, model, n_dims
+    return candidate_label(model, n_dims), model, n_dims
 
 
 def cached_fit(folder: Path, name: str, label: str):

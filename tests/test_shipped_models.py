@@ -259,16 +259,18 @@ def test_a_recalibration_after_the_heldout_runs_is_said_in_the_card():
     assert "(recalibrated 2999-01-01 00:00 UTC, `build_models --calibrate`)" in text
 
 
+def _gpqa_run(model, seed):
+    """A saved held-out run on GPQA with one score row (``model`` None: a run without one)."""
+    row = {"design": "random", "n": 25, "coverage": 0.9, "width": 0.1}
+    doc = {"settings": {"benchmark": "gpqa", "random_seed": seed, "held_out": 60}}
+    return doc | {"scores": [row]} | ({"model": model} if model else {})
+
+
 def test_heldout_section_keeps_the_cards_model_and_says_when_its_fit_is_not_default(tmp_path):
     from bayes_microbench.irt.build_models import _heldout_text
 
-    def run(model, seed):
-        row = {"design": "random", "n": 25, "coverage": 0.9, "width": 0.1}
-        doc = {"settings": {"benchmark": "gpqa", "random_seed": seed, "held_out": 60}}
-        return doc | {"scores": [row]} | ({"model": model} if model else {})
-
     path = tmp_path / "heldout.json"
-    path.write_text(json.dumps({"runs": [run(None, 0), run("2pl-md", 7)]}))
+    path.write_text(json.dumps({"runs": [_gpqa_run(None, 0), _gpqa_run("2pl-md", 7)]}))
     one_d = _heldout_text("gpqa", path)
     assert "| 0 | 60 | random |" in one_d and "| 7 |" not in one_d
     md = _heldout_text("gpqa", path, model="2pl-md")
@@ -296,13 +298,8 @@ def test_refit_table_shows_each_refits_ess_and_a_dash_where_unrecorded():
 def test_heldout_runs_of_a_3d_md_belong_to_the_3d_card_only(tmp_path):
     from bayes_microbench.irt.build_models import _heldout_text, _run_label
 
-    def run(model, seed):
-        row = {"design": "random", "n": 25, "coverage": 0.9, "width": 0.1}
-        doc = {"settings": {"benchmark": "gpqa", "random_seed": seed, "held_out": 60}}
-        return doc | {"scores": [row], "model": model}
-
     path = tmp_path / "heldout.json"
-    path.write_text(json.dumps({"runs": [run("2pl-md", 7), run("2pl-md:3", 8)]}))
+    path.write_text(json.dumps({"runs": [_gpqa_run("2pl-md", 7), _gpqa_run("2pl-md:3", 8)]}))
     labels = [_run_label({"model": "2pl-md", "config": {"n_dims": d}}) for d in (2, 3)]
     assert labels == ["2pl-md", "2pl-md:3"]
     assert _run_label({"model": "2pl", "config": {}}) == "2pl"

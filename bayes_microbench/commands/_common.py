@@ -183,6 +183,27 @@ RAW_DESIGN_HELP = (
 )
 
 
+def add_dims(parser: argparse.ArgumentParser) -> None:
+    """``--dims D``: the ability dimensions of ``--model 2pl-md`` (checked by :func:`check_dims`)."""
+    parser.add_argument(
+        "--dims",
+        type=POSITIVE_INT,
+        default=None,
+        metavar="D",
+        help="2pl-md only: number of ability dimensions (default 2)",
+    )
+
+
+def check_dims(args: argparse.Namespace) -> None:
+    """Refuse ``--dims`` with a ``--model`` other than ``2pl-md`` (one line, exit 2)."""
+    if args.dims is not None and args.model != "2pl-md":
+        from ..exceptions import UserInputError
+
+        raise UserInputError(
+            f"--dims applies only to --model 2pl-md (got --model {args.model}); drop --dims"
+        )
+
+
 def add_output_flags(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
     """``--json`` (unless ``json_flag`` is False) and ``--quiet``."""
     if json_flag:

@@ -18,9 +18,11 @@ from typing import cast
 from ._common import (
     NON_NEGATIVE_INT,
     POSITIVE_INT,
+    add_dims,
     add_output_flags,
     add_responses,
     add_seed,
+    check_dims,
     check_output_file,
     check_output_folder,
     print_json,
@@ -62,13 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="--model auto: keep each candidate's fit in DIR as it finishes; the same "
         "command again with the same DIR resumes where it stopped",
     )
-    p.add_argument(
-        "--dims",
-        type=POSITIVE_INT,
-        default=None,
-        metavar="D",
-        help="2pl-md only: number of ability dimensions (default 2)",
-    )
+    add_dims(p)
     p.add_argument(
         "--method",
         choices=["nuts", "advi", "pathfinder", "map", "laplace"],
@@ -158,12 +154,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{args.model}); drop it"
             )
         config["discrimination_prior"] = args.discrimination_prior
+    check_dims(args)
     if args.model == "2pl-md":
         config["n_dims"] = 2 if args.dims is None else args.dims
-    elif args.dims is not None:
-        raise UserInputError(
-            f"--dims applies only to --model 2pl-md (got --model {args.model}); drop --dims"
-        )
     if args.model == "auto":
         for name, value, default in (
             ("--method", args.method, "nuts"),

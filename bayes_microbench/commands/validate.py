@@ -17,9 +17,11 @@ from .._defaults import DEFAULT_CI_PROB
 from ._common import (
     POSITIVE_INT,
     PROBABILITY,
+    add_dims,
     add_output_flags,
     add_responses,
     add_seed,
+    check_dims,
     check_output_file,
     print_json,
 )
@@ -51,13 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=["1pl", "2pl", "3pl", "2pl-md"],
         help="IRT model fitted on the training llms (default 2pl)",
     )
-    p.add_argument(
-        "--dims",
-        type=POSITIVE_INT,
-        default=None,
-        metavar="D",
-        help="2pl-md only: number of ability dimensions (default 2)",
-    )
+    add_dims(p)
     p.add_argument(
         "--replicates",
         type=POSITIVE_INT,
@@ -84,14 +80,10 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from .._validate import parse_int_list
-    from ..exceptions import UserInputError
     from ..io import load_responses, write_atomic
     from ..validate import validate
 
-    if args.dims is not None and args.model != "2pl-md":
-        raise UserInputError(
-            f"--dims applies only to --model 2pl-md (got --model {args.model}); drop --dims"
-        )
+    check_dims(args)
     if args.output is not None:
         check_output_file(args.output)
     designs = [d.strip() for d in args.designs.split(",") if d.strip()]

@@ -109,6 +109,20 @@ _GPQA = (
     "Leaderboard v2: 420 llms, complete matrix, one subtask"
 )
 
+
+def _gpqa_md_spec(name: str, n_dims: int) -> ArtifactSpec:
+    """GPQA's default ``2pl-md`` fit with ``n_dims`` ability dimensions."""
+    return ArtifactSpec(
+        name=name,
+        data="open-llm-leaderboard-v2/gpqa.csv",
+        model="2pl-md",
+        default_fit=True,
+        config=(("n_dims", n_dims),),
+        description=_GPQA,
+        benchmark="gpqa",
+    )
+
+
 ARTIFACTS: dict[str, ArtifactSpec] = {
     "gpqa-2pl": ArtifactSpec(
         name="gpqa-2pl",
@@ -124,29 +138,13 @@ ARTIFACTS: dict[str, ArtifactSpec] = {
         description=_GPQA,
         benchmark="gpqa",
     ),
-    "gpqa-2pl-md": ArtifactSpec(
-        name="gpqa-2pl-md",
-        data="open-llm-leaderboard-v2/gpqa.csv",
-        model="2pl-md",
-        # scores held-out GPQA llms with intervals much closer to their stated
-        # coverage than the 2PL's (benchmarks/study_md_scoring.py); the default fit
-        # (decoupled: docs/decisions/0050) converges on it
-        default_fit=True,
-        config=(("n_dims", 2),),
-        description=_GPQA,
-        benchmark="gpqa",
-    ),
-    "gpqa-2pl-md3": ArtifactSpec(
-        name="gpqa-2pl-md3",
-        data="open-llm-leaderboard-v2/gpqa.csv",
-        model="2pl-md",
-        # the model GPQA's data choose (benchmarks/study_model_choice.py: PSIS-LOO over
-        # 1pl, 2pl and 2pl-md D = 2..4), fitted as fit --model auto fits it
-        default_fit=True,
-        config=(("n_dims", 3),),
-        description=_GPQA,
-        benchmark="gpqa",
-    ),
+    # scores held-out GPQA llms with intervals much closer to their stated coverage
+    # than the 2PL's (benchmarks/study_md_scoring.py); the default fit (decoupled:
+    # docs/decisions/0050) converges on it
+    "gpqa-2pl-md": _gpqa_md_spec("gpqa-2pl-md", 2),
+    # the model GPQA's data choose (benchmarks/study_model_choice.py: PSIS-LOO over
+    # 1pl, 2pl and 2pl-md D = 2..4), fitted as fit --model auto fits it
+    "gpqa-2pl-md3": _gpqa_md_spec("gpqa-2pl-md3", 3),
     # the default fit of every other shared matrix, cheapest first
     **{
         BENCHMARKS[k].default_model: _default_spec(k)
@@ -676,10 +674,10 @@ with the same calibration, seed 0):
 
 
 def _run_label(card: dict[str, Any]) -> str:
-    """The held-out study's label of a card's model: ``2pl-md:D`` where D is not 2."""
-    model = str(card.get("model", "2pl"))
-    n_dims = (card.get("config") or {}).get("n_dims")
-    return model if model != "2pl-md" or n_dims in (None, 2) else f"{model}:{n_dims}"
+    """The held-out study's label of a card's model (:func:`~.choice.candidate_label`)."""
+    from .choice import candidate_label
+
+    return candidate_label(str(card.get("model", "2pl")), (card.get("config") or {}).get("n_dims"))
 
 
 def _heldout_text(

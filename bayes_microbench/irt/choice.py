@@ -70,6 +70,23 @@ def parse_candidate(text: str) -> tuple[str, dict[str, Any]]:
     )
 
 
+def candidate_label(model: str, n_dims: int | None = None) -> str:
+    """The short name of a fitted model: ``2pl-md:D`` where D is not the default 2.
+
+    Parameters
+    ----------
+    model
+        ``1pl``, ``2pl``, ``3pl`` or ``2pl-md``.
+    n_dims
+        The ``2pl-md``'s ability dimensions (None: the default).
+
+    Returns
+    -------
+    ``model`` itself, or ``2pl-md:D``; the held-out runs and the model cards match by it.
+    """
+    return model if model != "2pl-md" or n_dims in (None, 2) else f"{model}:{n_dims}"
+
+
 def parse_candidates(texts: Any = None) -> list[str]:
     """Candidates from a comma-separated string or a sequence (None: :data:`DEFAULT_CANDIDATES`),
     checked, duplicates refused."""
