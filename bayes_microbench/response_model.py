@@ -109,7 +109,15 @@ def softplus(eta: Any) -> np.ndarray:
     into a linear part that needs no per-cell work (importance sampling uses it).
     """
     e = np.asarray(eta)
-    return np.logaddexp(e.dtype.type(0) if e.dtype.kind == "f" else 0.0, e)
+    if e.dtype.kind != "f":
+        e = e.astype(np.float64)
+    # max(eta, 0) + log1p(exp(-|eta|)), in place: faster than np.logaddexp on large arrays
+    out = np.abs(e, out=np.empty_like(e))
+    np.negative(out, out=out)
+    np.exp(out, out=out)
+    np.log1p(out, out=out)
+    out += np.maximum(e, 0)
+    return out
 
 
 def log_prob(eta: Any, guessing: Any = None, *, dtype: Any = None) -> tuple[np.ndarray, np.ndarray]:
