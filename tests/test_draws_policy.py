@@ -30,21 +30,24 @@ def summary(rhat=1.005, bulk=900.0, tail=900.0, divergences=0, bfmi=0.9):
 
 
 @pytest.mark.parametrize(
-    ("kw", "draws", "expected"),
+    ("kw", "draws", "expected", "step"),
     [
-        ({}, 1000, None),  # converged
-        ({"tail": 175.0}, 1000, 3000),  # 1.2 * 400 / 175 = 2.74 -> 2740 -> 3000
-        ({"bulk": 350.0}, 1000, 1500),  # 1.37 -> 1371 -> 1500
-        ({"rhat": 1.011}, 1000, 2000),  # an R-hat miss at least doubles
-        ({"rhat": 1.011, "tail": 100.0}, 1000, 4000),  # 4.8x, capped at the budget
-        ({"tail": 175.0}, 4000, None),  # the budget is spent
-        ({"tail": 175.0, "divergences": 3}, 1000, None),  # divergences: not a length problem
-        ({"tail": 175.0, "bfmi": 0.2}, 1000, None),  # poor energy transitions
-        ({"rhat": 1.2}, 1000, None),  # chains in different places
+        ({}, 1000, None, 500),  # converged
+        ({"tail": 175.0}, 1000, 3000, 500),  # 1.2 * 400 / 175 = 2.74 -> 2740 -> 3000
+        ({"bulk": 350.0}, 1000, 1500, 500),  # 1.37 -> 1371 -> 1500
+        ({"rhat": 1.0102}, 1000, 1500, 500),  # 1.2 * 0.0102 / 0.01 = 1.22 -> 1224 -> 1500
+        ({"rhat": 1.0102}, 1000, 1250, 250),  # continued chains: steps of 250
+        ({"rhat": 1.03}, 1000, 2000, 500),  # an R-hat excess grows the draws at most twofold
+        ({"rhat": 1.011, "bulk": 200.0}, 1000, 2500, 500),  # the ESS shortfall is larger: 2.4x
+        ({"rhat": 1.011, "tail": 100.0}, 1000, 4000, 500),  # 4.8x, capped at the budget
+        ({"tail": 175.0}, 4000, None, 500),  # the budget is spent
+        ({"tail": 175.0, "divergences": 3}, 1000, None, 500),  # divergences: not a length problem
+        ({"tail": 175.0, "bfmi": 0.2}, 1000, None, 500),  # poor energy transitions
+        ({"rhat": 1.2}, 1000, None, 500),  # chains in different places
     ],
 )
-def test_more_draws(kw, draws, expected):
-    assert D.more_draws(summary(**kw), draws) == expected
+def test_more_draws(kw, draws, expected, step):
+    assert D.more_draws(summary(**kw), draws, step=step) == expected
 
 
 def test_fit_extending_draws_refits_until_converged_or_the_budget(monkeypatch):

@@ -370,8 +370,11 @@ def more_draws(
     Only a fit that misses R-hat or ESS alone is extended: divergences, a low
     BFMI or an R-hat above :data:`MAX_EXTENDABLE_RHAT` are not cured by more
     draws. ESS grows about linearly with the draws, so the draws are scaled by
-    the shortfall of the lower ESS (with a 20% margin) and at least doubled when
-    R-hat misses, rounded up to ``step`` and capped at ``budget``.
+    the shortfall of the lower ESS (with a 20% margin); the excess ``R-hat - 1`` of
+    chains that mix shrinks about as ``1 / draws`` (its between-chain part is an
+    average over the draws), so an R-hat miss scales them by its excess over
+    ``MAX_RHAT - 1`` (with a 20% margin, at most doubling); rounded up to ``step``
+    and capped at ``budget``.
 
     Parameters
     ----------
@@ -402,5 +405,5 @@ def more_draws(
     ess = max(1.0, min(summary.min_ess_bulk, summary.min_ess_tail))
     factor = max(1.2 * max(MIN_ESS_BULK, MIN_ESS_TAIL) / ess, 1.0)
     if summary.max_rhat > MAX_RHAT:
-        factor = max(factor, 2.0)
+        factor = max(factor, min(2.0, 1.2 * (summary.max_rhat - 1.0) / (MAX_RHAT - 1.0)))
     return int(min(budget, -(-int(draws * factor) // step) * step))
