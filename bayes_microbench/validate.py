@@ -202,9 +202,9 @@ def _check_settings(
         )
     if responses.n_llms - held_out < MIN_TRAINING:
         raise UserInputError(
-            f"held_out = {held_out}: {responses.benchmark} has {responses.n_llms} llms, which "
-            f"leaves {responses.n_llms - held_out} to fit on (at least {MIN_TRAINING} needed); "
-            "hold out fewer"
+            f"held_out = {held_out}: {responses.benchmark} has {responses.n_llms} llms and "
+            f"at least {MIN_TRAINING} must be left to fit on; hold out at most "
+            f"{max(0, responses.n_llms - MIN_TRAINING)}"
         )
     sizes_t = tuple(sorted({check_positive_int(n, "sizes") for n in sizes}))
     too_big = [n for n in sizes_t if n >= responses.n_items]

@@ -102,7 +102,7 @@ def test_validate_same_seed_same_tables(simulated):
     ("kwargs", "message"),
     [
         ({"held_out": 10}, "at least 20 held-out llms"),
-        ({"held_out": 80}, "leaves 10 to fit on"),
+        ({"held_out": 80}, "hold out at most 70"),
         ({"sizes": [500]}, "has 120 items"),
         ({"designs": ["nope"]}, "not a registered design"),
         ({"n_dims": 3}, "dimensions apply only to the 2pl-md"),
