@@ -305,7 +305,12 @@ def report(runs: list[dict]) -> None:
                     "MDAD predicted [posterior band]",
                     "realized",
                 ],
-                "where": {"n": ["50"], "design": ["bayes-fisher"]},
+                # the 2PL runs (every run is in the summary below)
+                "where": {
+                    "n": ["50"],
+                    "design": ["bayes-fisher"],
+                    "benchmark": sorted({_label(r) for r in runs if _model(r) == "2pl"}),
+                },
             },
             1,
         ],
