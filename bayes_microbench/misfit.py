@@ -14,6 +14,7 @@ with the posterior (:mod:`bayes_microbench.irt.calibration`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,12 @@ logger = logging.getLogger(__name__)
 MIN_CALIBRATED_UNOBSERVED = 10
 #: Probability levels at which a :class:`Misfit` stores its standardized residual quantiles.
 _LEVELS = np.linspace(0.0, 1.0, 401)
+#: Fewest fitted llms a subset's own calibration (:meth:`Misfit.for_subset`) is estimated
+#: from; with fewer, its single split's centre and quantiles are too noisy and the
+#: random-subset calibration (widened for the subset) is used.
+MIN_SUBSET_LLMS = 100
+#: Most fitted llms a calibration carries for :meth:`Misfit.for_subset` (a seeded sample).
+MAX_SUBSET_LLMS = 1000
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,9 @@ class Misfit:
     #: whether ``m`` and ``r`` were shifted by the population's item shift
     #: (:func:`prediction_shift`); score shifts them too only then
     item_shifted: bool = False
+    #: responses of (at most :data:`MAX_SUBSET_LLMS` of) the fitted llms, from which
+    #: :meth:`for_subset` calibrates a fixed subset on its own (None: not carried)
+    training: Responses | None = None
 
     def _weights(self, n_obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Neighbouring calibrated sizes and the weight of the upper one, linear in log n."""
@@ -234,6 +244,70 @@ class Misfit:
         new = np.clip(centre + scale * r, 0.0, 1.0) * u
         return np.where(np.asarray(n_unobs) >= MIN_CALIBRATED_UNOBSERVED, new, hits)
 
+    def for_subset(
+        self,
+        draws: ItemDraws,
+        observed: np.ndarray,
+        random_seed: int | np.random.Generator | None = 0,
+    ) -> Misfit | None:
+        """This calibration estimated again on one fixed subset of the benchmark.
+
+        The carried fitted llms are observed on exactly the subset and their
+        accuracy on the rest compared with the prediction, as
+        :func:`estimate_misfit` does with ``subset=``: centre, observed-residual
+        weight, scale and residual quantiles of that design itself.
+
+        Why: the random-subset calibration's scale depends on the size and the
+        level only, so an informative subset's interval stays as wide as a random
+        one's (on GPQA the Bayesian selectors' 25 items covered 0.93-0.98 with
+        errors a third below random's;
+        docs/decisions/0053-a-shared-subset-calibrated-on-itself.md).
+
+        Parameters
+        ----------
+        draws
+            The benchmark's item draws (the items are the "full benchmark").
+        observed
+            ``(items,)`` bool over ``draws.items``: the subset.
+        random_seed
+            Seed of the ability draws.
+
+        Returns
+        -------
+        Misfit or None
+            None when no fitted llms are carried, fewer than
+            :data:`MIN_SUBSET_LLMS`, or the subset leaves fewer than
+            :data:`MIN_CALIBRATED_UNOBSERVED` items (or has none).
+        """
+        observed = np.asarray(observed, dtype=bool)
+        if (
+            self.training is None
+            or self.training.n_llms < MIN_SUBSET_LLMS
+            or not observed.any()
+            or (~observed).sum() < MIN_CALIBRATED_UNOBSERVED
+        ):
+            return None
+        ids = [str(i) for i in draws.items]
+        have = pd.Index([str(i) for i in self.training.items])
+        if not pd.Index(ids).isin(have).all():
+            return None
+        training = self.training.select(items=ids)
+        try:
+            own = estimate_misfit(
+                None,
+                training,
+                subset=[ids[k] for k in np.flatnonzero(observed)],
+                draws=draws,
+                population=self.population,
+                random_seed=random_seed,
+                where="subset calibration: the fitted llms' responses",
+            )
+        except UserInputError:  # too few fitted llms answered the subset and the rest
+            return None
+        if own.item_shifted != self.item_shifted:
+            return None
+        return dataclasses.replace(own, population=self.population)
+
     def describe(self) -> str:
         """One line for result attrs and reports."""
         cells = []
@@ -288,6 +362,16 @@ class Misfit:
                 "item_shifted": int(self.item_shifted),
             },
         )
+        if self.training is not None:
+            values = self.training.values
+            ds["misfit_training"] = (
+                ("misfit_llm", "misfit_item"),
+                np.where(np.isnan(values), -1, values).astype(np.int8),
+            )
+            ds = ds.assign_coords(
+                misfit_llm=self.training.llms.astype(str),
+                misfit_item=self.training.items.astype(str),
+            )
         if self.population is not None:
             ds = ds.merge(self.population.to_dataset(), combine_attrs="no_conflicts")
         return ds
@@ -321,7 +405,46 @@ class Misfit:
                 ds["misfit_residual_centre"].to_numpy() if "misfit_residual_centre" in ds else None
             ),
             item_shifted=bool(int(ds.attrs.get("item_shifted", 0))),
+            training=_training_from(ds),
         )
+
+
+def _training_from(ds: xr.Dataset) -> Responses | None:
+    """The fitted llms' responses a saved calibration carries (None: none)."""
+    if "misfit_training" not in ds:
+        return None
+    raw = ds["misfit_training"].to_numpy()
+    return Responses.from_arrays(
+        np.where(raw < 0, np.nan, raw.astype(np.float64)),
+        ds["misfit_llm"].to_numpy().astype(str),
+        ds["misfit_item"].to_numpy().astype(str),
+        benchmark="fitted llms",
+    )
+
+
+def carried_training(responses: Responses, random_seed: int | None = 0) -> Responses:
+    """The fitted llms' responses a calibration carries: all, or a seeded sample.
+
+    Parameters
+    ----------
+    responses
+        The responses the posterior was fitted on.
+    random_seed
+        Seed of the sample (only above :data:`MAX_SUBSET_LLMS` llms).
+
+    Returns
+    -------
+    Responses
+        At most :data:`MAX_SUBSET_LLMS` llms, in their original order.
+
+    Why: :meth:`Misfit.for_subset` needs no more cases than that, and the saved
+    posterior stays small.
+    """
+    if responses.n_llms <= MAX_SUBSET_LLMS:
+        return responses
+    rng = np.random.default_rng(random_seed)
+    keep = np.sort(rng.choice(responses.n_llms, size=MAX_SUBSET_LLMS, replace=False))
+    return responses.isel(llm=keep)
 
 
 def _calibrate(

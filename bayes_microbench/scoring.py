@@ -36,6 +36,10 @@ from .population import Population
 from .posterior import DEFAULT_MAX_DRAWS, ItemDraws, item_draws, open_posterior
 from .responses import Responses
 
+#: Most distinct subsets of one :func:`score` call calibrated on themselves (the subsets
+#: shared by the most llms); the other llms keep the random-subset calibration, widened.
+MAX_SHARED_SUBSETS = 4
+
 logger = logging.getLogger(__name__)
 
 
@@ -182,12 +186,30 @@ def score(
             seen = seen + (n_obs * shift_o)[None, :]
         residual = observed_residual(correct_obs, n_obs, seen)
         carry = residual_carry(misfit.population, draws, ability, observed, rng)
-        hits = misfit.apply(hits, expected, n_obs, n_unobs, rng, extra, residual, carry, level)
+        raw = hits
+        hits = misfit.apply(raw, expected, n_obs, n_unobs, rng, extra, residual, carry, level)
         misfit_note = misfit.describe()
         if extra is not None:
             misfit_note += (
                 "; widened for each llm's subset by the saved population's excess residual "
                 f"covariance (median sd added {np.median(np.sqrt(np.maximum(extra, 0))):.4f})"
+            )
+        own = 0
+        for rows, mask in shared_subsets(observed):
+            sub = misfit.for_subset(draws, mask, random_seed=rng)
+            if sub is None:
+                continue
+            at = None if level is None else level[rows]
+            hits[:, rows] = sub.apply(
+                raw[:, rows], expected[:, rows], n_obs[rows], n_unobs[rows], rng,
+                observed_residual=residual[rows], level=at,
+            )  # fmt: skip
+            own += len(rows)
+        if own:
+            misfit_note += (
+                f"; {own} llm(s) answered a subset shared by the scored llms: calibrated on that "
+                f"subset itself, with {misfit.training.n_llms} fitted llms "  # type: ignore[union-attr]
+                "(no widening)"
             )
     else:
         misfit_note = (
@@ -370,6 +392,35 @@ def _population_view(
         return None
     prob, slope = plugin_response(draws.mean(), ability.mean(axis=0))
     return population, positions, prob, slope
+
+
+def shared_subsets(
+    observed: np.ndarray, most: int = MAX_SHARED_SUBSETS
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The subsets the scored llms answered, largest groups first.
+
+    Parameters
+    ----------
+    observed
+        ``(llms, items)`` bool.
+    most
+        Most subsets returned (the groups of the most llms; ties: first seen).
+
+    Returns
+    -------
+    list
+        ``(llm positions, item mask)`` per distinct subset.
+
+    Why: each subset is calibrated on itself once (:meth:`Misfit.for_subset`), however
+    many llms share it, and a call with llm-specific subsets does not pay for each.
+    """
+    keys, first, inverse, counts = np.unique(
+        np.asarray(observed, dtype=bool), axis=0, return_index=True, return_inverse=True,
+        return_counts=True,
+    )  # fmt: skip
+    order = np.lexsort((first, -counts))[:most]
+    inverse = np.asarray(inverse).ravel()
+    return [(np.flatnonzero(inverse == g), keys[g]) for g in order]
 
 
 def _unobserved_hits(

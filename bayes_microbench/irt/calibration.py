@@ -84,7 +84,7 @@ def calibrate_fitted(
     """
     import pandas as pd
 
-    from ..misfit import estimate_misfit
+    from ..misfit import carried_training, estimate_misfit
 
     posterior = getattr(fit, "posterior", fit)
     # the items the posterior kept (the engine drops items no llm answered)
@@ -112,7 +112,9 @@ def calibrate_fitted(
         where="calibration of the fitted posterior: responses",
         population=population,
     )
-    return dataclasses.replace(misfit, population=population)
+    # the fitted llms travel with it, so that score can calibrate a shared subset on itself
+    training = carried_training(responses, random_seed)
+    return dataclasses.replace(misfit, population=population, training=training)
 
 
 def calibration_hash(ds: xr.Dataset) -> str:
