@@ -422,8 +422,8 @@ def _training_from(ds: xr.Dataset) -> Responses | None:
     )
 
 
-def carried_training(responses: Responses, random_seed: int | None = 0) -> Responses:
-    """The fitted llms' responses a calibration carries: all, or a seeded sample.
+def carried_training(responses: Responses, random_seed: int | None = 0) -> Responses | None:
+    """The fitted llms' responses a calibration carries: all, a seeded sample, or none.
 
     Parameters
     ----------
@@ -434,12 +434,15 @@ def carried_training(responses: Responses, random_seed: int | None = 0) -> Respo
 
     Returns
     -------
-    Responses
-        At most :data:`MAX_SUBSET_LLMS` llms, in their original order.
+    Responses or None
+        At most :data:`MAX_SUBSET_LLMS` llms, in their original order; None
+        below :data:`MIN_SUBSET_LLMS` (:meth:`Misfit.for_subset` would not use them).
 
     Why: :meth:`Misfit.for_subset` needs no more cases than that, and the saved
     posterior stays small.
     """
+    if responses.n_llms < MIN_SUBSET_LLMS:
+        return None
     if responses.n_llms <= MAX_SUBSET_LLMS:
         return responses
     rng = np.random.default_rng(random_seed)
