@@ -14,12 +14,15 @@ the standardized residuals; split-conformal intervals), and ``score`` applies
 it. ``--calibrate-with PATH`` (responses of the llms the posterior was fitted
 on) estimates it afresh instead; ``--raw-model`` prints the raw model's
 interval. A posterior saved without calibration gives the raw interval, with a
-one-line warning saying how to add it.
+one-line warning saying how to add it. Llms that share one subset (a designed
+micro-benchmark) get that subset's own calibration when the calibration carries
+at least 100 fitted llms (``Misfit.for_subset``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import warnings
 
 from .._defaults import DEFAULT_CI_PROB
@@ -67,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..exceptions import UserInputError
     from ..io import load_responses
-    from ..misfit import estimate_misfit
+    from ..misfit import carried_training, estimate_misfit
     from ..posterior import read_posterior_file
     from ..scoring import score
 
@@ -94,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         n_min = int(train.observed.sum(axis=1).min())
         sizes = [n for n in (25, 50, 100, 200) if n <= n_min - 10] or [max(1, n_min // 2)]
         misfit = estimate_misfit(posterior, train, sizes=sizes, random_seed=args.seed, where=where)
+        # a subset the scored llms share is then calibrated on itself (Misfit.for_subset)
+        misfit = dataclasses.replace(misfit, training=carried_training(train, args.seed))
     kind = "raw" if misfit is None else "calibrated"
     res = score(
         posterior,
