@@ -45,6 +45,9 @@ _LEVELS = np.linspace(0.0, 1.0, 401)
 MIN_SUBSET_LLMS = 100
 #: Most fitted llms a calibration carries for :meth:`Misfit.for_subset` (a seeded sample).
 MAX_SUBSET_LLMS = 1000
+#: Posterior draws (evenly thinned) :meth:`Misfit.for_subset` estimates from: as many as
+#: ``fit``'s saved calibration uses (``irt.calibration.CALIBRATION_DRAWS``).
+SUBSET_DRAWS = 200
 
 
 @dataclass(frozen=True)
@@ -266,7 +269,8 @@ class Misfit:
         Parameters
         ----------
         draws
-            The benchmark's item draws (the items are the "full benchmark").
+            The benchmark's item draws (the items are the "full benchmark"),
+            evenly thinned to :data:`SUBSET_DRAWS`.
         observed
             ``(items,)`` bool over ``draws.items``: the subset.
         random_seed
@@ -292,6 +296,9 @@ class Misfit:
         if not pd.Index(ids).isin(have).all():
             return None
         training = self.training.select(items=ids)
+        if draws.n_draws > SUBSET_DRAWS:
+            keep = np.linspace(0, draws.n_draws - 1, SUBSET_DRAWS).round().astype(np.int64)
+            draws = draws.select_draws(np.unique(keep))
         try:
             own = estimate_misfit(
                 None,
