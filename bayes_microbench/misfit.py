@@ -299,6 +299,8 @@ class Misfit:
         if draws.n_draws > SUBSET_DRAWS:
             keep = np.linspace(0, draws.n_draws - 1, SUBSET_DRAWS).round().astype(np.int64)
             draws = draws.select_draws(np.unique(keep))
+        quiet = logger.level
+        logger.setLevel(logging.WARNING)  # its per-size line is for fit's calibration, not score
         try:
             own = estimate_misfit(
                 None,
@@ -311,6 +313,8 @@ class Misfit:
             )
         except UserInputError:  # too few fitted llms answered the subset and the rest
             return None
+        finally:
+            logger.setLevel(quiet)
         if own.item_shifted != self.item_shifted:
             return None
         return dataclasses.replace(own, population=self.population)

@@ -36,8 +36,9 @@ from .population import Population
 from .posterior import DEFAULT_MAX_DRAWS, ItemDraws, item_draws, open_posterior
 from .responses import Responses
 
-#: Most distinct subsets of one :func:`score` call calibrated on themselves (the subsets
-#: shared by the most llms); the other llms keep the random-subset calibration, widened.
+#: Most distinct subsets among the llms of one :func:`score` call for each to be calibrated
+#: on itself; llms on more (subsets of their own: random, adaptive) all keep the
+#: random-subset calibration, widened.
 MAX_SHARED_SUBSETS = 4
 
 logger = logging.getLogger(__name__)
@@ -195,7 +196,8 @@ def score(
                 f"covariance (median sd added {np.median(np.sqrt(np.maximum(extra, 0))):.4f})"
             )
         own = 0
-        for rows, mask in shared_subsets(observed):
+        groups = shared_subsets(observed)
+        for rows, mask in groups if len(groups) <= MAX_SHARED_SUBSETS else []:
             sub = misfit.for_subset(draws, mask, random_seed=rng)
             if sub is None:
                 continue
@@ -394,31 +396,27 @@ def _population_view(
     return population, positions, prob, slope
 
 
-def shared_subsets(
-    observed: np.ndarray, most: int = MAX_SHARED_SUBSETS
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The subsets the scored llms answered, largest groups first.
+def shared_subsets(observed: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The distinct subsets the scored llms answered, largest groups first.
 
     Parameters
     ----------
     observed
         ``(llms, items)`` bool.
-    most
-        Most subsets returned (the groups of the most llms; ties: first seen).
 
     Returns
     -------
     list
-        ``(llm positions, item mask)`` per distinct subset.
+        ``(llm positions, item mask)`` per distinct subset (ties: first seen first).
 
     Why: each subset is calibrated on itself once (:meth:`Misfit.for_subset`), however
-    many llms share it, and a call with llm-specific subsets does not pay for each.
+    many llms share it.
     """
     keys, first, inverse, counts = np.unique(
         np.asarray(observed, dtype=bool), axis=0, return_index=True, return_inverse=True,
         return_counts=True,
     )  # fmt: skip
-    order = np.lexsort((first, -counts))[:most]
+    order = np.lexsort((first, -counts))
     inverse = np.asarray(inverse).ravel()
     return [(np.flatnonzero(inverse == g), keys[g]) for g in order]
 

@@ -54,7 +54,6 @@ def test_shared_subsets_groups_llms_by_subset_largest_first():
     assert [rows.tolist() for rows, _ in groups] == [[1, 2, 4], [0, 5], [3]]
     np.testing.assert_array_equal(groups[0][1], a)
     np.testing.assert_array_equal(groups[2][1], c)
-    assert len(shared_subsets(observed, most=2)) == 2
 
 
 def test_for_subset_calibrates_the_subset_on_every_carried_llm(world):
@@ -102,6 +101,27 @@ def test_score_calibrates_a_shared_subset_on_itself(world):
     assert 0.82 <= cov_top <= 0.97
     assert 0.82 <= cov_hard <= 0.97
     assert width_hard > 1.05 * width_hard_plain
+
+
+def test_llms_on_subsets_of_their_own_keep_the_random_subset_calibration(world):
+    from bayes_microbench.scoring import MAX_SHARED_SUBSETS
+
+    rng = np.random.default_rng(5)
+    n_llms = MAX_SHARED_SUBSETS + 1
+    values = np.asarray(world["new"].values[:n_llms], dtype=np.float64).copy()
+    for row in values:  # each llm on its own 20 random items
+        row[np.argsort(rng.random(row.size))[20:]] = np.nan
+    own = world["new"].isel(llm=np.arange(n_llms))
+    from bayes_microbench import Responses
+
+    cols = ~np.isnan(values).all(axis=0)
+    mine = Responses.from_arrays(
+        values[:, cols], own.llms, own.items[cols], subtask=own.item_subtask[cols]
+    )
+    res = score(world["post"], mine, misfit=world["carried"], random_seed=0)
+    assert "calibrated on that subset itself" not in res.attrs["misfit"]
+    two = score(world["post"], mine.isel(llm=[0, 1]), misfit=world["carried"], random_seed=0)
+    assert "2 llm(s) answered a subset shared" in two.attrs["misfit"]
 
 
 def test_carried_llms_travel_with_the_saved_calibration(world, tmp_path):
