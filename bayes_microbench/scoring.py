@@ -189,13 +189,8 @@ def score(
         carry = residual_carry(misfit.population, draws, ability, observed, rng)
         raw = hits
         hits = misfit.apply(raw, expected, n_obs, n_unobs, rng, extra, residual, carry, level)
-        misfit_note = misfit.describe()
-        if extra is not None:
-            misfit_note += (
-                "; widened for each llm's subset by the saved population's excess residual "
-                f"covariance (median sd added {np.median(np.sqrt(np.maximum(extra, 0))):.4f})"
-            )
-        own = 0
+        own = np.zeros(responses.n_llms, dtype=bool)
+        fitted_llms = 0
         groups = shared_subsets(observed)
         for rows, mask in groups if len(groups) <= MAX_SHARED_SUBSETS else []:
             sub = misfit.for_subset(draws, mask, random_seed=rng)
@@ -206,12 +201,19 @@ def score(
                 raw[:, rows], expected[:, rows], n_obs[rows], n_unobs[rows], rng,
                 observed_residual=residual[rows], level=at,
             )  # fmt: skip
-            own += len(rows)
-        if own:
+            own[rows] = True
+            fitted_llms = sub.n_llms
+        misfit_note = misfit.describe()
+        if extra is not None and not own.all():  # the widening stays only where no own one
+            added = np.median(np.sqrt(np.maximum(extra[~own], 0)))
             misfit_note += (
-                f"; {own} llm(s) answered a subset shared by the scored llms: calibrated on that "
-                f"subset itself, with {misfit.training.n_llms} fitted llms "  # type: ignore[union-attr]
-                "(no widening)"
+                "; widened for each llm's subset by the saved population's excess residual "
+                f"covariance (median sd added {added:.4f})"
+            )
+        if own.any():
+            misfit_note += (
+                f"; {int(own.sum())} llm(s) answered a subset shared by the scored llms: "
+                f"calibrated on that subset itself, with {fitted_llms} fitted llms (no widening)"
             )
     else:
         misfit_note = (
