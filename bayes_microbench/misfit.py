@@ -262,9 +262,7 @@ class Misfit:
 
         Why: the random-subset calibration's scale depends on the size and the
         level only, so an informative subset's interval stays as wide as a random
-        one's (on GPQA the Bayesian selectors' 25 items covered 0.93-0.98 with
-        errors a third below random's;
-        docs/decisions/0053-a-shared-subset-calibrated-on-itself.md).
+        one's (docs/decisions/0053-a-shared-subset-calibrated-on-itself.md).
 
         Parameters
         ----------
