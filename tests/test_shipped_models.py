@@ -165,6 +165,8 @@ def test_each_shipped_calibration_carries_a_population_of_the_models_dims(path):
     n_dims = art.config.n_dims if art.config.model == "2pl-md" else 1
     assert population.n_llms >= 20 and np.isfinite(population.ability).all()
     assert population.n_dims == n_dims
+    # the shared matrices' responses stay out of the repository (docs/decisions/0053)
+    assert art.calibration.training is None, f"{path.name} carries the fitted llms' responses"
 
 
 def test_every_benchmark_key_is_a_build_target():

@@ -336,6 +336,7 @@ def build(spec: ArtifactSpec, *, out_dir: Path = MODELS, loo: bool = False) -> d
     nc = out_dir / f"{spec.name}.nc"
     t_cal = time.perf_counter()
     fit.calibrate(random_seed=spec.seed)  # the calibration score applies by default
+    fit.calibration = without_fitted_llms(fit.calibration)
     calibration_seconds = time.perf_counter() - t_cal
     post = fit.posterior
     total = int(post.sizes["draw"])
@@ -911,6 +912,18 @@ def _write_facts(path: Path, facts: dict[str, Any]) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
+def without_fitted_llms(misfit: Any) -> Any:
+    """The calibration without the fitted llms' responses (``Misfit.training``).
+
+    Why: a shipped file would otherwise hold the shared matrices' responses, which
+    never go into the repository; its subsets keep the random-subset calibration
+    (docs/decisions/0053-a-shared-subset-calibrated-on-itself.md).
+    """
+    import dataclasses
+
+    return dataclasses.replace(misfit, training=None)
+
+
 def calibrate_artifact(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[str, Any]:
     """Compute an existing artifact's calibration from its data and write it into the file.
 
@@ -926,7 +939,9 @@ def calibrate_artifact(spec: ArtifactSpec, *, out_dir: Path = MODELS) -> dict[st
     path = out_dir / f"{spec.name}.nc"
     resp = load_responses(DATA / spec.data)
     start = time.perf_counter()
-    misfit = calibrate_fitted(load_posterior(path), resp, random_seed=spec.seed)
+    misfit = without_fitted_llms(
+        calibrate_fitted(load_posterior(path), resp, random_seed=spec.seed)
+    )
     seconds = time.perf_counter() - start
     add_calibration(path, misfit)
     figures = {
