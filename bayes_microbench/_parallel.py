@@ -8,7 +8,8 @@ gives the same numbers wherever and in whatever order it runs; the caller
 - ``workers=1``: in this process, in order.
 - ``workers=N``: ``N`` local processes (:class:`concurrent.futures.ProcessPoolExecutor`;
   forked on Linux, so the data are shared copy-on-write, spawned elsewhere),
-  at most ``2 N`` tasks in flight so that finished results do not pile up.
+  at most ``2 N`` tasks in flight so that finished results do not pile up. A worker
+  exits on its own within a second of its parent's death, killed or not.
 - ``scheduler=ADDRESS``: a running ``dask.distributed`` scheduler; ``distributed``
   is imported only then.
 
@@ -28,6 +29,8 @@ import multiprocessing
 import os
 import socket
 import sys
+import threading
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -42,6 +45,8 @@ LOCK_NAME = ".evaluate.lock"
 #: seconds to wait for a Dask scheduler to answer, and for its first worker
 CONNECT_TIMEOUT_S = 10.0
 WORKER_TIMEOUT_S = 60.0
+#: seconds between a local worker's checks that the process that started it is alive
+PARENT_POLL_S = 1.0
 
 _RESUME = "finished cells are kept; rerun the same command to resume"
 
@@ -121,9 +126,19 @@ def _call_on_dask(fn: Callable[[Any, Any], Any], data: Any, task: Any) -> Any:
         return _call(fn, data, task)
 
 
-def _init_worker(data: Any) -> None:
+def _exit_when_orphaned(parent: int) -> None:
+    """Poll the parent's pid; leave the process at once when it is gone."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+def _init_worker(data: Any, parent: int) -> None:
     global _WORKER_DATA
     _WORKER_DATA = data
+    # a killed parent (SIGKILL) cannot shut its pool down: the worker would wait for tasks
+    # that never come, for ever
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
     # a forked worker shares the parent's lock; were it to outlive a killed parent, the
     # folder would stay locked
     for fd in list(_HELD_LOCKS):
@@ -185,7 +200,10 @@ def _on_local_processes(
     context = multiprocessing.get_context(method)
     todo = iter(enumerate(tasks))
     pool = ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(data,)
+        max_workers=workers,
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(data, os.getpid()),
     )
     pending: dict[Future[Any], int] = {}
     try:

@@ -3,6 +3,7 @@ resume after a killed worker or client, the folder lock, unreachable schedulers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from bayes_microbench import Responses, save_responses, simulate_responses
-from bayes_microbench._parallel import LOCK_NAME, folder_lock
+from bayes_microbench._parallel import LOCK_NAME, PARENT_POLL_S, folder_lock
 from bayes_microbench.cli import main
 from bayes_microbench.exceptions import UserInputError
 from bayes_microbench.protocol import GridConfig, evaluate_grid
@@ -150,6 +151,26 @@ def test_a_killed_local_worker_is_one_line_and_the_rerun_resumes(resp, tmp_path)
     assert outputs(out) == outputs(tmp_path / "whole") and whole.reused == []
 
 
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (Linux ``/proc``; empty elsewhere)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 @pytest.mark.slow
 def test_a_killed_client_leaves_finished_cells_and_the_rerun_resumes(resp, tmp_path):
     data = tmp_path / "r.csv"
@@ -162,11 +183,18 @@ def test_a_killed_client_leaves_finished_cells_and_the_rerun_resumes(resp, tmp_p
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for_cells(out)
+        workers = _children(proc.pid)
     finally:
         proc.kill()  # SIGKILL: no clean-up of any kind
         proc.wait()
     kept = len(list((out / "cells").glob("*.json")))
     assert kept >= 1 and not (out / "mdad.csv").exists()
+    if sys.platform == "linux":  # the orphaned workers leave on their own
+        assert len(workers) >= 2
+        deadline = time.monotonic() + 10 * PARENT_POLL_S
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_alive, workers))
     assert subprocess.run(argv, capture_output=True, check=False).returncode == 0
     whole = tmp_path / "whole"
     argv[argv.index(str(out))] = str(whole)
