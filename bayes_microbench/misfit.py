@@ -297,8 +297,6 @@ class Misfit:
         if draws.n_draws > SUBSET_DRAWS:
             keep = np.linspace(0, draws.n_draws - 1, SUBSET_DRAWS).round().astype(np.int64)
             draws = draws.select_draws(np.unique(keep))
-        quiet = logger.level
-        logger.setLevel(logging.WARNING)  # its per-size line is for fit's calibration, not score
         try:
             own = estimate_misfit(
                 None,
@@ -308,11 +306,10 @@ class Misfit:
                 population=self.population,
                 random_seed=random_seed,
                 where="subset calibration: the fitted llms' responses",
+                verbose=False,
             )
         except UserInputError:  # too few fitted llms answered the subset and the rest
             return None
-        finally:
-            logger.setLevel(quiet)
         if own.item_shifted != self.item_shifted:
             return None
         return dataclasses.replace(own, population=self.population)
@@ -624,6 +621,7 @@ def estimate_misfit(
     draws: ItemDraws | None = None,
     where: str | None = None,
     population: Population | None = None,
+    verbose: bool = True,
 ) -> Misfit:
     """Calibrate the IRT predictive of unobserved items on the training llms, by item-split CV.
 
@@ -687,6 +685,9 @@ def estimate_misfit(
         The fitted llms' :class:`Population`: with its item shift, ``m`` and the
         observed residual are taken about the shifted prediction
         (:func:`prediction_shift`), as :func:`score` then does.
+    verbose
+        Log one line per size (IRT rmse, predictive sd, calibrated residual sd);
+        ``False`` for a calibration made on the way to an answer, as ``score`` does.
 
     Returns
     -------
@@ -790,6 +791,8 @@ def estimate_misfit(
                 "10 unobserved ones in the design; give more llms or a smaller subset"
             )
         parts.append((*_calibrate(t, m, w, q, r, n_knots, level if shifted else None), len(t)))
+        if not verbose:
+            continue
         logger.info(
             "misfit n=%d: IRT rmse %.4f, IRT predictive sd %.4f, calibrated residual sd %.4f, "
             "observed-residual weight %.3f (%d cases)",
