@@ -42,6 +42,7 @@ def replay(post, resp, k: int, **settings) -> tuple[dict, list]:
     return run_replay(lambda av: AdaptiveState(post, settings=s, available=av), answers_of(resp, k))
 
 
+@pytest.mark.long
 def test_variance_rule_uses_fewer_items_than_random_order(sim):
     """At the same width the expected-variance rule stops sooner than random order,
     averaged over llms (20% fewer items at least)."""

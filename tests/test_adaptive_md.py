@@ -51,6 +51,7 @@ def replay(post, y, items, k, **settings):
     )
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("rule", ["goal", "fisher"])
 def test_md_replay_reaches_the_accuracy_goal_and_covers_the_truth(sim, rule):
     post, y, items = sim

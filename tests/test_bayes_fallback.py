@@ -114,6 +114,7 @@ def test_where_one_ability_holds_the_informative_items_are_kept(seed):
         np.testing.assert_array_equal(sel.items, prepared.order(n))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("seed", [0, 1])
 def test_where_llms_differ_by_subtask_large_subsets_go_random_and_rank_better(seed):
     y, codes = bbh_like(seed)
@@ -142,6 +143,7 @@ def test_where_llms_differ_by_subtask_large_subsets_go_random_and_rank_better(se
     np.testing.assert_array_equal(again.items, large.items)
 
 
+@pytest.mark.long
 def test_bayes_ranking_falls_back_alike_and_without_a_calibration_never():
     y, codes = bbh_like(2)
     ranking = BayesRankingSelector().prepare(y[:250], codes, None, 2)

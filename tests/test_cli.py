@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from bayes_microbench.cli import main
 
 from .conftest import ROOT
@@ -45,6 +47,7 @@ def test_version(capsys):
     assert "bayes-microbench" in capsys.readouterr().out
 
 
+@pytest.mark.long
 def test_demo_end_to_end(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--output", str(out), "--max-draws", "100", "--json", "--quiet"]) == 0
@@ -79,6 +82,7 @@ def test_frequentist_import_does_not_load_pymc():
     assert out.strip() == "False"
 
 
+@pytest.mark.long
 def test_score_calibrate_with_training_responses(tmp_path, capsys, gpqa_path):
     import numpy as np
 
@@ -112,6 +116,7 @@ def test_score_calibrate_with_training_responses(tmp_path, capsys, gpqa_path):
     assert spread[1] < spread[0]
 
 
+@pytest.mark.long
 def test_score_with_the_shipped_md_posterior(tmp_path, capsys, gpqa_path):
     import numpy as np
 

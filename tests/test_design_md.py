@@ -281,6 +281,7 @@ def md_file(world, tmp_path_factory):
     return path
 
 
+@pytest.mark.long
 def test_mdad_and_plan_commands_on_an_md_posterior(md_file, tmp_path, capsys):
     out = tmp_path / "mdad"
     code = main(

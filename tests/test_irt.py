@@ -586,6 +586,7 @@ def test_loo_of_a_3pl_with_items_at_their_floor():
     assert np.allclose(res.elpd_i.values[at_floor], expected, atol=1e-6)
 
 
+@pytest.mark.long
 def test_compare_models_table(tiny):
     from bayes_microbench.irt.checks import compare_models
 
@@ -711,6 +712,7 @@ def test_cli_unconverged_3pl_names_the_items_below_their_floor(tmp_path, capsys)
     assert n_below >= 1 and f"less often than their fixed guessing floor allows: {n_below} (" in err
 
 
+@pytest.mark.long
 def test_pathfinder_recovers_abilities():
     resp, truth = simulate_responses(
         "gpqa", n_llms=30, n_items=40, model="2pl", n_subtasks=1, difficulty_mean=0.0,

@@ -105,6 +105,7 @@ def test_advi_matches_a_conjugate_posterior_and_is_reproducible(conjugate):
     np.testing.assert_array_equal(again["mu"], draws["mu"])
 
 
+@pytest.mark.long
 def test_advi_iteration_cap_warns_and_reports_unconverged(conjugate):
     model, _, _ = conjugate
     with pytest.warns(ConvergenceWarning, match="max_iterations=60"):

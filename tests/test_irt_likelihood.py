@@ -10,6 +10,9 @@ import pytensor.tensor as pt  # noqa: E402
 
 from bayes_microbench.irt._likelihood import bernoulli_logit_loglik  # noqa: E402
 
+# compiling a fused kernel with Numba takes 15-25 s on a fresh clone: the long tier
+NUMBA_LONG = pytest.param("NUMBA", marks=pytest.mark.long)
+
 
 def _reference(eta: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray]:
     value = float(np.sum(w * (y * eta - np.logaddexp(0.0, eta))))
@@ -95,7 +98,7 @@ def _reference_2pl(theta, a, e, y, w):
 
 
 @pytest.mark.parametrize("masked", [False, True])
-@pytest.mark.parametrize("mode", ["NUMBA", "FAST_COMPILE", "JAX"])
+@pytest.mark.parametrize("mode", [NUMBA_LONG, "FAST_COMPILE", "JAX"])
 def test_fused_2pl_value_and_symbolic_gradient_match_reference(masked, mode):
     from bayes_microbench.irt._likelihood import bernoulli_logit_2pl_loglik
 
@@ -147,7 +150,7 @@ def _finite_differences(f, args, h=1e-6):
 
 
 @pytest.mark.parametrize("masked", [False, True])
-@pytest.mark.parametrize("mode", ["NUMBA", "FAST_COMPILE", "JAX"])
+@pytest.mark.parametrize("mode", [NUMBA_LONG, "FAST_COMPILE", "JAX"])
 def test_fused_3pl_value_and_gradients_match_reference(masked, mode):
     from bayes_microbench.irt._likelihood import bernoulli_3pl_loglik
 
@@ -167,6 +170,7 @@ def test_fused_3pl_value_and_gradients_match_reference(masked, mode):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.long
 def test_fused_3pl_zero_floor_is_the_2pl():
     from bayes_microbench.irt._likelihood import bernoulli_3pl_loglik, bernoulli_logit_2pl_loglik
 

@@ -143,6 +143,7 @@ def test_fit_auto_keeps_the_1pl_on_1pl_data_and_records_why(tmp_path, capsys):
     assert saved.calibration is not None  # what fit saves by default, auto or not
 
 
+@pytest.mark.long
 def test_a_store_resumes_a_stopped_comparison_and_refits_what_changed(tmp_path, monkeypatch):
     """With ``store``, each candidate's fit, LOO and record are written as it finishes; a
     second call on the same responses and settings reads them (no sampling, same table,

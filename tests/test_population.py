@@ -388,6 +388,7 @@ def test_pair_tables_see_the_misfit_close_llms_share():
     )
 
 
+@pytest.mark.long
 def test_design_predicts_the_mdad_when_close_llms_share_the_misfit():
     """The floor world: the independent-misfit curve overshoots the realized MDAD of new
     llms by more than 10 points; the pair tables' is within 2."""

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from bayes_microbench import save_responses, simulate_responses
 from bayes_microbench.cli import main
@@ -111,6 +112,7 @@ def test_select_json_feeds_mdad_subset(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.long
 def test_select_from_a_shipped_model_simulates_with_its_calibration(tmp_path):
     """``select --posterior gpqa`` reads the shipped model's calibration: its llms are
     simulated with the fitted llms' misfit and the estimator is calibrated on them."""
