@@ -177,18 +177,14 @@ def score(
     hits, expected, seen = _unobserved_hits(draws, ability, observed, rng)
     n_unobs = n_bench - n_obs
     if misfit is not None:
-        extra = subset_widening(
-            misfit.population, draws, ability, observed, rng, about_shift=misfit.item_shifted
-        )
         level = None
         if misfit.item_shifted:  # the calibration's m and r were taken about the shift
             shift_u, shift_o, level = prediction_shift(misfit.population, draws, ability, observed)
             expected = expected + (n_unobs * shift_u)[None, :]
             seen = seen + (n_obs * shift_o)[None, :]
         residual = observed_residual(correct_obs, n_obs, seen)
-        carry = residual_carry(misfit.population, draws, ability, observed, rng)
-        raw = hits
-        hits = misfit.apply(raw, expected, n_obs, n_unobs, rng, extra, residual, carry, level)
+        raw, hits = hits, hits.copy()
+        # a subset the scored llms share is calibrated on itself (no widening, no carry)
         own = np.zeros(responses.n_llms, dtype=bool)
         fitted_llms = 0
         groups = shared_subsets(observed)
@@ -196,16 +192,28 @@ def score(
             sub = misfit.for_subset(draws, mask, random_seed=rng)
             if sub is None:
                 continue
-            at = None if level is None else level[rows]
             hits[:, rows] = sub.apply(
                 raw[:, rows], expected[:, rows], n_obs[rows], n_unobs[rows], rng,
-                observed_residual=residual[rows], level=at,
+                observed_residual=residual[rows], level=None if level is None else level[rows],
             )  # fmt: skip
             own[rows] = True
             fitted_llms = sub.n_llms
+        # the others: the random-subset calibration, widened for each llm's subset
+        rest = np.flatnonzero(~own)
+        extra = None
+        if len(rest):
+            extra = subset_widening(
+                misfit.population, draws, ability[:, rest], observed[rest], rng,
+                about_shift=misfit.item_shifted,
+            )  # fmt: skip
+            carry = residual_carry(misfit.population, draws, ability[:, rest], observed[rest], rng)
+            hits[:, rest] = misfit.apply(
+                raw[:, rest], expected[:, rest], n_obs[rest], n_unobs[rest], rng, extra,
+                residual[rest], carry, None if level is None else level[rest],
+            )  # fmt: skip
         misfit_note = misfit.describe()
-        if extra is not None and not own.all():  # the widening stays only where no own one
-            added = np.median(np.sqrt(np.maximum(extra[~own], 0)))
+        if extra is not None:
+            added = np.median(np.sqrt(np.maximum(extra, 0)))
             misfit_note += (
                 "; widened for each llm's subset by the saved population's excess residual "
                 f"covariance (median sd added {added:.4f})"
