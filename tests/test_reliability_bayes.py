@@ -304,6 +304,7 @@ def test_design_progress_bar_stays_off_on_a_non_terminal(files, capsys):
 
 
 # ------------------------------------------------ MAP fits: convergence and check
+# (a MAP fit through the CLI compiles for 20-35 s on a fresh clone: the long tier)
 @pytest.fixture(scope="module")
 def map_fit(tmp_path_factory):
     """A MAP fit of a tiny matrix through the CLI, and its JSON report."""
@@ -324,6 +325,7 @@ def map_fit(tmp_path_factory):
     return {"dir": tmp, "code": code, "report": json.loads(out.getvalue())}
 
 
+@pytest.mark.long
 def test_map_fit_records_the_optimizer_verdict(map_fit):
     assert map_fit["code"] == 0
     assert map_fit["report"]["converged"] is True  # was null: no verdict recorded
@@ -332,6 +334,7 @@ def test_map_fit_records_the_optimizer_verdict(map_fit):
     assert load_posterior(map_fit["dir"] / "map.nc").converged is True
 
 
+@pytest.mark.long
 def test_unconverged_map_fit_is_not_written(map_fit, monkeypatch, capsys):
     from bayes_microbench.cli import main
     from bayes_microbench.commands.fit import EXIT_UNCONVERGED
@@ -351,6 +354,7 @@ def test_unconverged_map_fit_is_not_written(map_fit, monkeypatch, capsys):
     assert saved.converged is False and saved.convergence_problems()
 
 
+@pytest.mark.long
 def test_check_refuses_ppc_and_loo_of_a_map_fit(map_fit, capsys):
     from bayes_microbench.cli import main
 

@@ -138,7 +138,10 @@ def _data(y):
     )
 
 
-@pytest.mark.parametrize("mode", ["NUMBA", "FAST_COMPILE", "JAX"])
+# compiling with Numba takes 10-20 s on a fresh clone: the long tier
+@pytest.mark.parametrize(
+    "mode", [pytest.param("NUMBA", marks=pytest.mark.long), "FAST_COMPILE", "JAX"]
+)
 @pytest.mark.parametrize("guessing", [False, True])
 def test_likelihood_ops_are_the_core(mode, guessing):
     import pytensor

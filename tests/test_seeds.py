@@ -30,6 +30,7 @@ def test_fresh_seeds_are_valid_seeds_and_differ():
     assert _defaults.seed_or_fresh(gen, "x") is gen
 
 
+@pytest.mark.long
 def test_fit_with_no_seed_draws_records_and_logs_one(caplog):
     from bayes_microbench.irt import IRTModel
 
