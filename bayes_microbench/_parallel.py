@@ -213,16 +213,15 @@ def _on_local_processes(
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in sorted(done, key=pending.__getitem__):
                 k = pending.pop(fut)
-                try:
-                    result = fut.result()
-                except BrokenProcessPool:
-                    raise UserInputError(
-                        "a worker process died while computing (killed, or out of memory); "
-                        f"{_RESUME}, with fewer workers if memory is short"
-                    ) from None
+                result = fut.result()
                 for k_next, task in itertools.islice(todo, 1):
                     pending[pool.submit(_call_in_worker, fn, task)] = k_next
                 yield k, result
+    except BrokenProcessPool:  # from a result, or from a submit once the pool knows
+        raise UserInputError(
+            "a worker process died while computing (killed, or out of memory); "
+            f"{_RESUME}, with fewer workers if memory is short"
+        ) from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -122,6 +122,33 @@ def _many_blocks(**kw) -> GridConfig:
     return _grid(selectors=("random",), source_llms=tuple(range(4, 40, 3)), analytic=False, **kw)
 
 
+def test_a_pool_broken_at_a_submit_is_one_line(monkeypatch):
+    """A worker's death can surface at the next submit instead of at a result."""
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from bayes_microbench import _parallel
+
+    class BreaksAtThirdSubmit:
+        def __init__(self, **_: object) -> None:
+            self.submitted = 0
+
+        def submit(self, fn, *args):
+            self.submitted += 1
+            if self.submitted > 2:
+                raise BrokenProcessPool("A child process terminated abruptly")
+            done: Future = Future()
+            done.set_result(self.submitted)
+            return done
+
+        def shutdown(self, **_: object) -> None:
+            pass
+
+    monkeypatch.setattr(_parallel, "ProcessPoolExecutor", BreaksAtThirdSubmit)
+    with pytest.raises(UserInputError, match="a worker process died while computing"):
+        list(_parallel.run_tasks(max, 0, list(range(6)), workers=2))
+
+
 def test_a_killed_local_worker_is_one_line_and_the_rerun_resumes(resp, tmp_path):
     import psutil
 
