@@ -729,6 +729,13 @@ def _heldout_text(
         "the full-benchmark "
         "accuracy (target 0.85-0.95) and mean width in points:",
         "",
+        "Where 100 or more llms were fitted, the posterior of these runs carries them (as "
+        "`fit` writes one), so since decision 0053 a subset the held-out llms share (a "
+        "Bayesian selector's) is calibrated on itself; the shipped file carries none (the "
+        "data stay out of the repository), so `score` with it gives such a subset the "
+        "random-subset calibration, wider than these rows (`score --calibrate-with` the "
+        "benchmark's matrix calibrates it on itself).",
+        "",
         "| seed | held out | design | n | coverage | width |",
         "|---|---|---|---|---|---|",
     ]
