@@ -79,6 +79,30 @@ def cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def masked(resp: Any, keep_by_llm: Any) -> Any:
+    """``resp`` with only each llm's kept items observed: ``keep_by_llm[k]`` are row ``k``'s columns.
+
+    Items no llm keeps are dropped without a warning (the llms answered a subset).
+    Why: the studies score llms on subsets of the matrix they hold in full.
+    """
+    import numpy as np
+
+    from bayes_microbench import Responses
+
+    keep = np.asarray(keep_by_llm)
+    values = np.full(resp.values.shape, np.nan)
+    rows = np.arange(resp.n_llms)[:, None]
+    values[rows, keep] = resp.values[rows, keep]
+    return Responses.from_arrays(
+        values,
+        resp.llms,
+        resp.items,
+        subtask=resp.item_subtask,
+        benchmark=resp.benchmark,
+        on_empty="subset",
+    )
+
+
 def machine() -> str:
     """A one-line description of the machine the figures come from."""
     cpu = platform.processor() or platform.machine()

@@ -35,25 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _report import MATRICES, update_results, write_section
+from _report import MATRICES, masked, update_results, write_section
 
 RESULTS = Path(__file__).parent / "results" / "score.json"
 MODELS = Path(__file__).resolve().parents[1] / "models"
 POSTERIORS = {"2pl": "gpqa-2pl.nc", "2pl-md": "gpqa-2pl-md.nc"}
 CASES = ("shared, not carried", "shared, carried", "own subsets")
 REFERENCE = "shared, not carried"
-
-
-def masked(resp: Any, picks: list[np.ndarray]) -> Any:
-    """``resp`` with each llm's cells outside its picked items set missing."""
-    from bayes_microbench.responses import Responses
-
-    values = np.full(resp.values.shape, np.nan)
-    for k, pick in enumerate(picks):
-        values[k, pick] = resp.values[k, pick]
-    return Responses.from_arrays(
-        values, resp.llms, resp.items, benchmark=resp.benchmark, on_empty="subset"
-    )
 
 
 def time_case(draws: Any, misfit: Any, scored: Any, repeats: int) -> tuple[float, str]:

@@ -52,11 +52,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _report import commit, load_results, results_path, write_section
+from _report import commit, load_results, masked, results_path, write_section
 
 from bayes_microbench import Responses, load_responses
 from bayes_microbench import design as D
-from bayes_microbench.exceptions import DroppedDataWarning
 from bayes_microbench.misfit import estimate_misfit
 from bayes_microbench.posterior import item_draws
 from bayes_microbench.scoring import score
@@ -118,15 +117,6 @@ def fit_posterior(train: Responses, method: str, model: str, draws: int, seed: i
             f"{diag.min_ess_bulk:.0f}, divergences {diag.divergences} ({problems})."
         )
     return fit.posterior
-
-
-def masked(resp: Responses, keep_by_llm: np.ndarray) -> Responses:
-    vals = np.full(resp.values.shape, np.nan)
-    rows = np.arange(resp.n_llms)[:, None]
-    vals[rows, keep_by_llm] = resp.values[rows, keep_by_llm]
-    with warnings.catch_warnings():  # items nobody observed are dropped: expected here
-        warnings.simplefilter("ignore", DroppedDataWarning)
-        return Responses.from_arrays(vals, resp.llms, resp.items, subtask=resp.item_subtask)
 
 
 def _cov(res, truth: np.ndarray) -> tuple[float, float, float]:
